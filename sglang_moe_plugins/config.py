@@ -1,0 +1,223 @@
+"""User configuration: a TOML file named by ``SGLANG_MOE_PLUGINS_CONFIG`` plus environment switches.
+
+File format (every table optional)::
+
+    strict = false                       # re-raise plugin failures instead of falling back
+    disable = ["jit_ep"]                 # never select these
+    enable = ["my_experimental_kernel"]  # turn on plugins that are off by default / disabled by env
+    [priority]                           # override default priorities (higher is tried first)
+    triton = 150
+    [force]                              # per op: use exactly this plugin (an error if it cannot)
+    silu_mul_quant = "triton"
+    [options.triton]                     # per-plugin options, validated against the plugin's own
+    block_rows = 16
+
+Environment:
+
+- ``SGLANG_MOE_PLUGINS_DISABLE=a,b``: adds to ``disable``.
+- ``SGLANG_MOE_PLUGINS_STRICT=1``: sets ``strict``.
+- SGLang's older switches are translated (and reported by ``doctor``/``list``):
+  ``SGLANG_OPT_USE_JIT_EP_ACTIVATION=0`` disables ``jit_ep``;
+  ``SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_FP4_ACTS=1`` or ``SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_MXF4_KIND=1``
+  prefers ``mega_w4a4`` (priority above ``mega_w4a8``). They are never forwarded to DeepGEMM.
+
+This module only parses and checks the form. Plugin names are checked against the registry when the
+configuration is applied (:meth:`UserConfig.check_names`), with errors that list the valid names.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+from .errors import ConfigError
+
+__all__ = [
+    "CONFIG_ENV",
+    "DISABLE_ENV",
+    "STRICT_ENV",
+    "LEGACY_ENV",
+    "UserConfig",
+    "load_config",
+    "parse_config",
+]
+
+CONFIG_ENV = "SGLANG_MOE_PLUGINS_CONFIG"
+DISABLE_ENV = "SGLANG_MOE_PLUGINS_DISABLE"
+STRICT_ENV = "SGLANG_MOE_PLUGINS_STRICT"
+LEGACY_JIT_EP = "SGLANG_OPT_USE_JIT_EP_ACTIVATION"
+LEGACY_FP4_ACTS = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_FP4_ACTS"
+LEGACY_MXF4_KIND = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_MXF4_KIND"
+LEGACY_ENV = (LEGACY_JIT_EP, LEGACY_FP4_ACTS, LEGACY_MXF4_KIND)
+
+_TOP_KEYS = ("strict", "disable", "enable", "priority", "force", "options")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+#: Priority given to mega_w4a4 when a legacy FP4-activation switch asks for it.
+LEGACY_W4A4_PRIORITY = 1000
+
+
+def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True)
+class UserConfig:
+    """The validated user configuration. ``notes`` says where each setting came from."""
+
+    strict: bool = False
+    disable: frozenset[str] = frozenset()
+    enable: frozenset[str] = frozenset()
+    priority: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
+    force: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: _frozen({}))
+    #: ``{"disable:<plugin>" | "enable:<plugin>" | "priority:<plugin>": "why"}``: where each entry came from.
+    provenance: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
+    notes: tuple[str, ...] = ()
+    source: str | None = None
+
+    def __hash__(self) -> int:  # mappings are not hashable; identity is enough for caching
+        return id(self)
+
+    def check_names(self, plugins: Mapping[str, str], ops: Iterable[str]) -> None:
+        """Raise ConfigError for unknown plugin or op names. ``plugins`` maps name -> op."""
+        valid = ", ".join(sorted(plugins)) or "(none registered)"
+        where = f" in {self.source}" if self.source else ""
+        for key, names in (("disable", self.disable), ("enable", self.enable), ("priority", self.priority), ("options", self.options)):
+            for name in sorted(names):
+                if name not in plugins:
+                    origin = self.provenance.get(f"{key}:{name}", f"{key}{where}")
+                    raise ConfigError(f"unknown plugin {name!r} ({origin}); valid plugins: {valid}")
+        both = sorted(self.disable & self.enable)
+        if both:
+            raise ConfigError(f"plugin {both[0]!r} is both enabled and disabled{where}; remove it from one of the lists")
+        op_names = sorted(ops)
+        for op, name in sorted(self.force.items()):
+            if op not in op_names:
+                raise ConfigError(f"unknown op {op!r} in force{where}; valid ops: {', '.join(op_names)}")
+            if name not in plugins:
+                raise ConfigError(f"unknown plugin {name!r} in force.{op}{where}; valid plugins: {valid}")
+            if plugins[name] != op:
+                raise ConfigError(
+                    f"force.{op} = {name!r}{where}, but plugin {name!r} implements op {plugins[name]!r}; "
+                    f"plugins of {op!r}: {', '.join(sorted(n for n, o in plugins.items() if o == op))}"
+                )
+            if name in self.disable:
+                raise ConfigError(
+                f"force.{op} = {name!r}{where}, but {name!r} is also {self.provenance.get('disable:' + name, 'disabled')}"
+            )
+
+
+def _string_list(value: Any, key: str, where: str) -> frozenset[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{key}{where} must be a list of plugin names (strings), got {value!r}")
+    return frozenset(value)
+
+
+def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConfig:
+    """Check the form of a parsed TOML document and build a UserConfig."""
+    where = f" in {source}" if source else ""
+    unknown = sorted(set(data) - set(_TOP_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown key {unknown[0]!r}{where}; valid keys: {', '.join(_TOP_KEYS)}")
+    strict = data.get("strict", False)
+    if not isinstance(strict, bool):
+        raise ConfigError(f"strict{where} must be true or false, got {strict!r}")
+    disable = _string_list(data.get("disable", []), "disable", where)
+    enable = _string_list(data.get("enable", []), "enable", where)
+    priority = data.get("priority", {})
+    if not isinstance(priority, dict):
+        raise ConfigError(f"[priority]{where} must be a table of plugin = integer, got {priority!r}")
+    for name, value in priority.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"priority.{name}{where} must be an integer, got {value!r}")
+    force = data.get("force", {})
+    if not isinstance(force, dict) or not all(isinstance(v, str) for v in force.values()):
+        raise ConfigError(f"[force]{where} must be a table of op = \"plugin name\", got {force!r}")
+    options = data.get("options", {})
+    if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
+        raise ConfigError(f"[options]{where} must hold one table per plugin ([options.<plugin>]), got {options!r}")
+    provenance = {f"disable:{name}": f"disabled by 'disable'{where}" for name in disable}
+    provenance.update({f"enable:{name}": f"enabled by 'enable'{where}" for name in enable})
+    provenance.update({f"priority:{name}": f"set by [priority]{where}" for name in priority})
+    return UserConfig(
+        strict=strict,
+        disable=disable,
+        enable=enable,
+        priority=_frozen(priority),
+        force=_frozen(force),
+        options=_frozen({k: _frozen(v) for k, v in options.items()}),
+        provenance=_frozen(provenance),
+        source=source,
+    )
+
+
+def _env_flag(env: Mapping[str, str], name: str) -> bool | None:
+    raw = env.get(name)
+    if raw is None:
+        return None
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean; use one of 1/0, true/false, yes/no, on/off")
+
+
+def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
+    """Read the file named by ``SGLANG_MOE_PLUGINS_CONFIG`` (if set) and apply the environment."""
+    env = os.environ if env is None else env
+    path = env.get(CONFIG_ENV, "").strip()
+    if path:
+        try:
+            with open(path, "rb") as handle:
+                data = tomllib.load(handle)
+        except FileNotFoundError:
+            raise ConfigError(f"{CONFIG_ENV}={path!r}: file not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{CONFIG_ENV}={path!r}: TOML syntax error: {exc}") from None
+        config = parse_config(data, source=path)
+    else:
+        config = UserConfig()
+    disable = set(config.disable)
+    enable = set(config.enable)
+    priority = dict(config.priority)
+    provenance = dict(config.provenance)
+    notes = list(config.notes)
+    strict = config.strict
+
+    raw_disable = env.get(DISABLE_ENV, "")
+    for name in (n.strip() for n in raw_disable.split(",")):
+        if name:
+            disable.add(name)
+            provenance[f"disable:{name}"] = f"disabled by {DISABLE_ENV}"
+    if _env_flag(env, STRICT_ENV):
+        strict = True
+        notes.append(f"{STRICT_ENV}=1 -> strict = true")
+
+    if _env_flag(env, LEGACY_JIT_EP) is False and "jit_ep" not in enable:
+        disable.add("jit_ep")
+        provenance.setdefault("disable:jit_ep", f"disabled by legacy {LEGACY_JIT_EP}=0")
+        notes.append(f"legacy {LEGACY_JIT_EP}=0 translated to: disable jit_ep")
+    for legacy in (LEGACY_FP4_ACTS, LEGACY_MXF4_KIND):
+        if _env_flag(env, legacy) and "mega_w4a4" not in priority:
+            priority["mega_w4a4"] = LEGACY_W4A4_PRIORITY
+            provenance["priority:mega_w4a4"] = f"set by legacy {legacy}=1"
+            notes.append(
+                f"legacy {legacy}=1 translated to: priority.mega_w4a4 = {LEGACY_W4A4_PRIORITY} "
+                "(prefer W4A4 MegaMoE; not forwarded to DeepGEMM, whose 0.2.x releases refuse DG_USE_* variables)"
+            )
+    return UserConfig(
+        strict=strict,
+        disable=frozenset(disable),
+        enable=frozenset(enable),
+        priority=_frozen(priority),
+        force=config.force,
+        options=config.options,
+        provenance=_frozen(provenance),
+        notes=tuple(notes),
+        source=config.source,
+    )

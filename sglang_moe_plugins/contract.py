@@ -1,0 +1,83 @@
+"""The kernel-plugin contract: ``Support`` answers and the ``Plugin`` base class.
+
+A plugin is any object with
+
+- ``name``: short unique identifier (``[a-z0-9_]+``),
+- ``op``: the op it implements (``"silu_mul_quant"`` or ``"mega_moe"``),
+- ``priority``: int, higher is tried first,
+- ``supports(shape, config) -> Support``: cheap, pure, never reads device tensors,
+- ``run(inputs, outputs, shape, config) -> None``: fills the preallocated ``outputs``.
+
+Optional: ``contract_version`` (int, defaults to the current one), ``options`` (a mapping of option
+name to default value; users override them in the config file), ``description`` (one line),
+``available(platform) -> Support`` (whether it can run on this machine at all; ``list`` shows it).
+
+Subclassing :class:`Plugin` is convenient but not required: the registry checks the attributes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping
+
+from ._version import CONTRACT_VERSION
+from .hardware import Platform
+
+__all__ = ["Support", "Plugin"]
+
+
+@dataclass(frozen=True)
+class Support:
+    """A yes/no answer with the reason, e.g. ``Support.no("D // 8 (64) < E (128)")``."""
+
+    ok: bool
+    reason: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reason, str) or not self.reason.strip():
+            raise ValueError("Support.reason must be a non-empty string explaining the answer")
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @classmethod
+    def yes(cls, reason: str = "supported") -> "Support":
+        return cls(True, reason)
+
+    @classmethod
+    def no(cls, reason: str) -> "Support":
+        return cls(False, reason)
+
+    @classmethod
+    def all_of(cls, *checks: "Support", ok_reason: str = "supported") -> "Support":
+        """The first failing check, or ``yes(ok_reason)`` when all pass."""
+        for check in checks:
+            if not check:
+                return check
+        return cls.yes(ok_reason)
+
+
+class Plugin:
+    """Convenience base class for plugins. Subclasses set ``name``, ``op``, ``priority``."""
+
+    name: ClassVar[str] = ""
+    op: ClassVar[str] = ""
+    priority: ClassVar[int] = 0
+    contract_version: ClassVar[int] = CONTRACT_VERSION
+    description: ClassVar[str] = ""
+    #: Option names and default values. The registry replaces ``self.options`` with the defaults
+    #: merged with the user's ``[options.<name>]`` table.
+    options: Mapping[str, Any] = MappingProxyType({})
+
+    def available(self, platform: Platform) -> Support:  # pragma: no cover - trivial default
+        return Support.yes("no special requirements")
+
+    def supports(self, shape: Any, config: Any) -> Support:
+        raise NotImplementedError(f"plugin {self.name!r} does not implement supports()")
+
+    def run(self, inputs: Any, outputs: Any, shape: Any, config: Any) -> None:
+        raise NotImplementedError(f"plugin {self.name!r} does not implement run()")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.op}/{self.name} priority={self.priority}>"

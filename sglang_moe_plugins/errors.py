@@ -1,0 +1,66 @@
+"""Exceptions raised by sglang-moe-plugins. Every message names what is wrong and what is allowed."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+__all__ = [
+    "MoEPluginsError",
+    "ConfigError",
+    "InvalidArgumentError",
+    "PluginValidationError",
+    "NoPluginAvailableError",
+    "KernelNotAvailableError",
+    "OutputValidationError",
+]
+
+
+class MoEPluginsError(Exception):
+    """Base class of every error this package raises."""
+
+
+class ConfigError(MoEPluginsError, ValueError):
+    """The user configuration (TOML file or environment variables) is invalid."""
+
+
+class InvalidArgumentError(MoEPluginsError, ValueError):
+    """An argument of an op call is invalid. ``argument`` names it, ``value`` holds the bad value."""
+
+    def __init__(self, op: str, argument: str, value: Any, allowed: str, plugin: str | None = None):
+        self.op = op
+        self.argument = argument
+        self.value = value
+        self.allowed = allowed
+        self.plugin = plugin
+        where = f"{op}" + (f" (plugin {plugin!r})" if plugin else "")
+        super().__init__(f"{where}: invalid argument {argument}={_short(value)}; allowed: {allowed}")
+
+
+class PluginValidationError(MoEPluginsError, TypeError):
+    """A plugin object does not satisfy the plugin contract."""
+
+
+class NoPluginAvailableError(MoEPluginsError, RuntimeError):
+    """No enabled plugin supports a call. ``rejections`` maps plugin name to its reason."""
+
+    def __init__(self, op: str, key_description: str, rejections: Iterable[tuple[str, str]], hint: str = ""):
+        self.op = op
+        self.rejections = tuple(rejections)
+        lines = [f"no enabled plugin of op {op!r} supports {key_description}:"]
+        lines += [f"  - {name}: {reason}" for name, reason in self.rejections] or ["  (no plugins registered)"]
+        if hint:
+            lines.append(hint)
+        super().__init__("\n".join(lines))
+
+
+class KernelNotAvailableError(MoEPluginsError, NotImplementedError):
+    """A plugin was asked to run a path whose kernel is not available in this build or on this host."""
+
+
+class OutputValidationError(MoEPluginsError, RuntimeError):
+    """A plugin returned outputs that do not match the op's contract (shape, dtype, strides)."""
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."

@@ -1,0 +1,77 @@
+"""A narrow indirection to the host's (SGLang's) own CUDA kernels used by ``jit_ep`` and ``fp8_fallback``.
+
+By default the functions come from SGLang's Python wrappers, imported on first use:
+
+- ``silu_and_mul_masked_post_quant(input, output, output_scale, quant_group_size, masked_m,
+  scale_ue8m0=False, topk=8, transposed=False, swiglu_limit=None, swizzle=False) -> None``
+  (``sglang.kernels.ops.moe.dsv4``)
+- ``per_token_group_quant(input, output_q=None, output_s=None, group_size=128, scale_ue8m0=False,
+  fuse_silu_and_mul=False, masked_m=None, expected_m=None, ...) -> (q, s)``
+  (``sglang.kernels.ops.quantization.per_token_group_quant``)
+
+A machine without SGLang installed (the GPU machine used for benchmarks) can build the same kernels
+from the sglang wheel's JIT sources and install them with :func:`use_host_kernels`, so that the
+plugins' own argument and layout handling is what runs and is tested.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+__all__ = ["HostKernels", "get_host_kernels", "use_host_kernels", "host_kernels_source"]
+
+
+@dataclass(frozen=True)
+class HostKernels:
+    """The host kernel entry points, with the signatures of SGLang 0.5.23's Python wrappers."""
+
+    silu_and_mul_masked_post_quant: Callable[..., Any]
+    per_token_group_quant: Callable[..., Any]
+    source: str
+
+
+_lock = threading.Lock()
+_override: HostKernels | None = None
+_default: HostKernels | None = None
+
+
+def _load_sglang() -> HostKernels:
+    from sglang.kernels.ops.moe.dsv4 import silu_and_mul_masked_post_quant
+    from sglang.kernels.ops.quantization.per_token_group_quant import per_token_group_quant
+
+    return HostKernels(silu_and_mul_masked_post_quant, per_token_group_quant, source="sglang")
+
+
+def get_host_kernels() -> HostKernels:
+    """The installed override, else SGLang's own wrappers (ImportError when SGLang is missing)."""
+    global _default
+    with _lock:
+        if _override is not None:
+            return _override
+        if _default is None:
+            _default = _load_sglang()
+        return _default
+
+
+def host_kernels_source() -> str | None:
+    """Where the host kernels come from now, or ``None`` when neither an override nor SGLang is there."""
+    try:
+        return get_host_kernels().source
+    except ImportError:
+        return None
+
+
+@contextlib.contextmanager
+def use_host_kernels(kernels: HostKernels) -> Iterator[HostKernels]:
+    """Install ``kernels`` as the host kernels for the duration of the ``with`` block."""
+    global _override
+    with _lock:
+        previous, _override = _override, kernels
+    try:
+        yield kernels
+    finally:
+        with _lock:
+            _override = previous

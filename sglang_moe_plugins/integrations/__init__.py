@@ -1,0 +1,3 @@
+"""Integrations with host engines (SGLang)."""
+
+__all__: list[str] = []

@@ -1,0 +1,61 @@
+"""``reference``: the pure-torch silu_mul_quant, the numerics oracle. Runs on CPU and GPU."""
+
+from __future__ import annotations
+
+import torch
+
+from ..contract import Plugin, Support
+from ..hardware import Platform
+from ..ops.silu_mul_quant import (
+    OP,
+    SiluMulQuantConfig,
+    SiluMulQuantInputs,
+    SiluMulQuantOutputs,
+    SiluMulQuantShape,
+    real_rows,
+    split_gate_up,
+)
+from ..quant import pack_ue8m0_bytes, quantize_fp8_groups, round_to_bf16, ue8m0_exponent
+
+__all__ = ["ReferencePlugin", "silu_mul_quant_reference"]
+
+
+def silu_mul_quant_reference(
+    inputs: SiluMulQuantInputs, outputs: SiluMulQuantOutputs, shape: SiluMulQuantShape, config: SiluMulQuantConfig
+) -> None:
+    """Write the real rows of ``outputs``; padding rows are left as they were."""
+    if shape.num_experts == 0 or shape.max_rows == 0:
+        return
+    mask = real_rows(inputs.masked_m, shape.max_rows)  # [E, N]; reads masked_m (a host sync)
+    rows = inputs.gateup[mask]  # [R, 2D] bf16
+    if rows.shape[0] == 0:
+        return
+    gate, up = split_gate_up(rows, config.swizzle)
+    if config.swiglu_limit is not None:
+        limit = round_to_bf16(config.swiglu_limit)
+        gate = gate.clamp(max=limit)
+        up = up.clamp(min=-limit, max=limit)
+    gate32 = gate.float()
+    values = gate32 / (1.0 + torch.exp(-gate32)) * up.float()
+    q, scale = quantize_fp8_groups(values, shape.group_size, ue8m0=config.scale_ue8m0)
+    outputs.out[mask] = q
+    if config.scale_ue8m0:
+        outputs.scale[mask] = pack_ue8m0_bytes(ue8m0_exponent(scale))
+    else:
+        outputs.scale[mask] = scale
+
+
+class ReferencePlugin(Plugin):
+    name = "reference"
+    op = OP
+    priority = 0
+    description = "pure torch oracle; every shape, CPU and GPU (slow: host sync on masked_m)"
+
+    def available(self, platform: Platform) -> Support:
+        return Support.yes("pure torch, runs anywhere")
+
+    def supports(self, shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> Support:
+        return Support.yes("pure torch reference supports every valid call")
+
+    def run(self, inputs, outputs, shape, config) -> None:
+        silu_mul_quant_reference(inputs, outputs, shape, config)
