@@ -18,6 +18,7 @@ __all__ = [
     "unpack_ue8m0_bytes",
     "quantize_fp8_groups",
     "quantize_e2m1",
+    "quantize_e2m1_groups",
     "dequantize_e2m1",
     "pack_e2m1",
     "unpack_e2m1",
@@ -61,8 +62,9 @@ def pack_ue8m0_bytes(exponent: torch.Tensor) -> torch.Tensor:
 
 def unpack_ue8m0_bytes(packed: torch.Tensor, groups: int) -> torch.Tensor:
     """Inverse of :func:`pack_ue8m0_bytes`: int32 ``[..., ceil(G/4)]`` -> int32 exponents ``[..., G]``."""
-    raw = packed.contiguous().view(torch.uint8)
-    return raw[..., :groups].to(torch.int32)
+    shifts = torch.arange(0, 32, 8, dtype=torch.int32, device=packed.device)
+    raw = (packed.to(torch.int32).unsqueeze(-1) >> shifts) & 0xFF  # [..., ceil(G/4), 4], any strides
+    return raw.reshape(*packed.shape[:-1], packed.shape[-1] * 4)[..., :groups]
 
 
 def quantize_fp8_groups(
@@ -94,6 +96,24 @@ def quantize_e2m1(x: torch.Tensor) -> torch.Tensor:
         code += (ax >= boundary if round_up else ax > boundary).to(torch.uint8)
     sign = (x < 0) & (code != 0)
     return code | (sign.to(torch.uint8) << 3)
+
+
+def quantize_e2m1_groups(
+    values: torch.Tensor, group_size: int, *, absmax_floor: float = 1e-4
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-group MXFP4 quantization of ``values [R, D]`` as ``deep_gemm.utils.math.per_token_cast_to_fp4``
+    (``use_ue8m0=True``) and sgl-deep-gemm's MXFP4 pre-dispatch kernel do it.
+
+    ``scale = 2 ** ceil(log2(max(absmax, floor) / 6))`` (exponent clamped to [1, 254]),
+    ``codes = e2m1(values * (1 / scale))``. Returns ``(codes [R, D] uint8, exponent [R, G] int32)``.
+    """
+    rows, cols = values.shape
+    grouped = values.float().reshape(rows, cols // group_size, group_size)
+    absmax = grouped.abs().amax(dim=-1).clamp_min(absmax_floor)
+    exponent = ue8m0_exponent(absmax / FP4_E2M1_MAX).clamp(1, 254)
+    inv = 1.0 / ue8m0_from_exponent(exponent)
+    codes = quantize_e2m1(grouped * inv.unsqueeze(-1))
+    return codes.reshape(rows, cols), exponent
 
 
 def dequantize_e2m1(codes: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,20 @@
+"""One real SGLang per test process: ``load_plugins()`` run once, as SGLang itself does."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+SMQ_TARGET = "sglang.srt.layers.moe.moe_runner.deep_gemm._varlen_deep_gemm_silu_mul_quant"
+MEGA_TARGET = "sglang.srt.layers.moe.mega_moe.run_mega_routed_experts"
+
+
+@functools.lru_cache(maxsize=1)
+def loaded_sglang():
+    """Import SGLang's MoE runner and run its real ``load_plugins()``; returns the runner module."""
+    os.environ.pop("SGLANG_PLUGINS", None)
+    import sglang.srt.layers.moe.moe_runner.deep_gemm as runner
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    return runner

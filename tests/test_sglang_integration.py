@@ -1,0 +1,234 @@
+"""Issue 3: the package inside real SGLang 0.5.23: load_plugins(), its hooked functions, the guard."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from numerics import check_against_fp64, poison
+
+pytest.importorskip("sglang")
+
+from sglang_session import MEGA_TARGET, SMQ_TARGET, loaded_sglang  # noqa: E402
+
+from sglang_moe_plugins import api  # noqa: E402
+from sglang_moe_plugins.catalog import load_catalog  # noqa: E402
+from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
+
+pytestmark = pytest.mark.sglang
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return loaded_sglang()
+
+
+def ragged_masked(e: int, n: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    m = torch.randint(0, n + 1, (e,), generator=gen, dtype=torch.int32)
+    m[0] = n
+    if e > 1:
+        m[1] = 0  # an empty expert
+    return m
+
+
+def gateup_for(e: int, n: int, d: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    mag = torch.exp2(torch.randint(-6, 5, (e, n, 1), generator=gen).float())
+    return (torch.randn(e, n, 2 * d, generator=gen) * mag).to(torch.bfloat16)
+
+
+def call_hooked(runner, gateup, masked, topk, **kwargs):
+    out, scale = runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, topk, **kwargs)
+    return out, scale
+
+
+def test_load_plugins_applies_our_hooks(runner):
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    from sglang_moe_plugins.integrations.sglang import hook_status
+
+    assert SMQ_TARGET in HookRegistry._patched and MEGA_TARGET in HookRegistry._patched
+    status = hook_status()
+    assert status["registered"]
+    assert {t["path"] for t in status["targets"] if t["ok"]} == {SMQ_TARGET, MEGA_TARGET}
+    assert getattr(runner._varlen_deep_gemm_silu_mul_quant, "__wrapped__", None) is not None
+
+
+def _catalog_cases():
+    for model in load_catalog():
+        if model.gpt_oss_activation:
+            continue
+        for ep in (1, 2, 4, 8):
+            if model.experts % ep == 0:
+                yield pytest.param(model, ep, id=f"{model.short_name}-EP{ep}")
+
+
+@pytest.mark.parametrize("model, ep", list(_catalog_cases()))
+def test_hooked_function_correct_for_catalog(runner, model, ep):
+    e, d = model.experts // ep, model.inter
+    n = 6  # not a multiple of 4
+    gateup = gateup_for(e, n, d, seed=ep)
+    masked = ragged_masked(e, n, seed=ep)
+    before = api.get_selector().cache_info()["decisions"]
+    for limit in (None, 10.0):
+        out, scale = call_hooked(runner, gateup, masked, model.topk, swiglu_limit=limit)
+        shape, config = smq.describe(gateup, masked, group_size=128, topk=model.topk, swiglu_limit=limit,
+                                     scale_layout="row_major" if limit else "column_major")
+        smq.validate_outputs(smq.SiluMulQuantOutputs(out, scale), shape, config)
+        check_against_fp64(smq.SiluMulQuantInputs(gateup, masked), smq.SiluMulQuantOutputs(out, scale), shape, config)
+    assert api.get_selector().cache_info()["decisions"] >= before
+
+
+def test_default_path_layout_matches_sglang_allocator(runner):
+    """The column-major fp32 and packed UE8M0 scales have exactly the strides SGLang's own allocator gives."""
+    from sglang.kernels.ops.quantization.per_token_group_quant import _allocate_outputs
+
+    gateup = gateup_for(5, 6, 1536, seed=3)
+    masked = ragged_masked(5, 6, seed=3)
+    meta = torch.empty(gateup.shape, dtype=torch.bfloat16, device="meta")
+    for ue8m0, layout in ((False, "column_major"), (True, "ue8m0_packed")):
+        q_host, s_host = _allocate_outputs(meta, 128, torch.float8_e4m3fn, ue8m0, True, True)
+        shape, config = smq.describe(gateup, masked, group_size=128, topk=2, scale_layout=layout)
+        ours = smq.allocate_outputs(shape, config, torch.device("meta"))
+        assert (ours.scale.shape, ours.scale.stride(), ours.scale.dtype) == (s_host.shape, s_host.stride(), s_host.dtype)
+        assert (ours.out.shape, ours.out.dtype) == (q_host.shape, q_host.dtype)
+
+
+def test_ue8m0_mode_returns_packed_scales(runner, monkeypatch):
+    from sglang.srt.layers import deep_gemm_wrapper
+
+    monkeypatch.setattr(deep_gemm_wrapper, "DEEPGEMM_SCALE_UE8M0", True)
+    gateup = gateup_for(8, 6, 1536, seed=4)
+    masked = ragged_masked(8, 6, seed=4)
+    for limit in (None, 10.0):
+        out, scale = call_hooked(runner, gateup, masked, 6, swiglu_limit=limit)
+        assert scale.dtype == torch.int32 and scale.shape == (8, 6, 3) and scale.stride() == (24, 1, 8)
+        shape, config = smq.describe(gateup, masked, group_size=128, topk=6, swiglu_limit=limit, scale_layout="ue8m0_packed")
+        check_against_fp64(smq.SiluMulQuantInputs(gateup, masked), smq.SiluMulQuantOutputs(out, scale), shape, config)
+
+
+def test_swizzle_and_keep_fp32_branches(runner):
+    gateup = gateup_for(4, 8, 512, seed=5)
+    masked = ragged_masked(4, 8, seed=5)
+    out, scale = call_hooked(runner, gateup, masked, 2, swiglu_limit=10.0, swizzle=True, silu_mul_keep_fp32=True)
+    shape, config = smq.describe(gateup, masked, group_size=128, topk=2, swiglu_limit=10.0, swizzle=True, scale_layout="row_major")
+    check_against_fp64(smq.SiluMulQuantInputs(gateup, masked), smq.SiluMulQuantOutputs(out, scale), shape, config)
+
+
+@pytest.mark.parametrize(
+    "e, n, d, limit",
+    [
+        pytest.param(128, 64, 512, 10.0, id="Qwen3.5-35B-A3B-EP2-limit"),
+        pytest.param(128, 6, 512, None, id="N6-plain"),
+        pytest.param(32, 6, 2048, 10.0, id="DSV4-Flash-EP8-N6"),
+    ],
+)
+def test_stock_sglang_fails_where_the_hook_succeeds(runner, e, n, d, limit):
+    """The original function (read from the hook's __wrapped__) crashes on CPU or asserts; the hook answers."""
+    original = runner._varlen_deep_gemm_silu_mul_quant.__wrapped__
+    gateup = gateup_for(e, n, d, seed=6)
+    masked = ragged_masked(e, n, seed=6)
+    with pytest.raises((AssertionError, NotImplementedError, RuntimeError)):
+        original(gateup, masked, 128, 8, swiglu_limit=limit)
+    out, scale = call_hooked(runner, gateup, masked, 8, swiglu_limit=limit)
+    shape, config = smq.describe(gateup, masked, group_size=128, topk=8, swiglu_limit=limit,
+                                 scale_layout="row_major" if limit else "column_major")
+    check_against_fp64(smq.SiluMulQuantInputs(gateup, masked), smq.SiluMulQuantOutputs(out, scale), shape, config)
+
+
+def test_gemm1_alpha_goes_to_the_original(runner):
+    gateup = gateup_for(2, 4, 256, seed=7)
+    masked = ragged_masked(2, 4, seed=7)
+    before = api.get_selector().cache_info()["decisions"]
+    try:
+        call_hooked(runner, gateup, masked, 2, gemm1_alpha=1.702, gemm1_clamp_limit=7.0)
+    except Exception as exc:  # noqa: BLE001 - the original has no CPU kernel
+        frames = []
+        tb = exc.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame.f_code.co_filename)
+            tb = tb.tb_next
+        assert any("sglang/srt/layers/moe/moe_runner/deep_gemm.py" in f for f in frames)
+    assert api.get_selector().cache_info()["decisions"] == before
+
+
+def test_invalid_call_is_handed_to_sglang(runner):
+    gateup = gateup_for(2, 4, 256, seed=8).float()  # fp32 input: not modelled by the op
+    masked = ragged_masked(2, 4, seed=8)
+    with pytest.raises(Exception) as info:
+        call_hooked(runner, gateup, masked, 2)
+    assert "silu_mul_quant: invalid argument" not in str(info.value)
+
+
+def _run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
+    full_env.update(env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full_env, timeout=300)
+
+
+HOOKED_PROBE = """
+    import logging, sys
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(levelname)s %(message)s")
+    {pre}
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.plugins.hook_registry import HookRegistry
+    load_plugins()
+    print("PATCHED", sorted(t for t in HookRegistry._patched if "moe" in t))
+"""
+
+
+def test_sglang_plugins_allowlist_is_honoured():
+    skipped = _run_python(HOOKED_PROBE.format(pre=""), SGLANG_PLUGINS="some_other_plugin")
+    assert skipped.returncode == 0, skipped.stderr[-2000:]
+    assert "PATCHED []" in skipped.stdout
+    assert "Skipping plugin moe_plugins (not in SGLANG_PLUGINS)" in skipped.stdout + skipped.stderr
+    allowed = _run_python(HOOKED_PROBE.format(pre=""), SGLANG_PLUGINS="moe_plugins")
+    assert allowed.returncode == 0, allowed.stderr[-2000:]
+    assert SMQ_TARGET in allowed.stdout and MEGA_TARGET in allowed.stdout
+
+
+def test_version_guard_skips_a_missing_target_and_warns():
+    pre = f"""
+    from sglang_moe_plugins.integrations import sglang as integ
+    t = integ.KNOWN_TARGETS["0.5.23"]
+    integ.KNOWN_TARGETS["0.5.23"] = (integ.HookTarget("{SMQ_TARGET}_renamed", t[0].op, t[0].parameters), t[1])
+    """
+    result = _run_python(HOOKED_PROBE.format(pre=textwrap.dedent(pre).replace("\n", "\n    ")))
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout + result.stderr
+    assert f"not hooking {SMQ_TARGET}_renamed: cannot resolve" in out
+    assert f"PATCHED ['{MEGA_TARGET}']" in result.stdout
+
+
+def test_version_guard_unknown_version_hooks_nothing():
+    pre = """
+    from sglang_moe_plugins.integrations import sglang as integ
+    integ.KNOWN_TARGETS = {"0.0.1": integ.KNOWN_TARGETS["0.5.23"]}
+    """
+    result = _run_python(HOOKED_PROBE.format(pre=textwrap.dedent(pre).replace("\n", "\n    ")))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "is not in the version table (known: 0.0.1); no hooks" in result.stdout + result.stderr
+    assert "PATCHED []" in result.stdout
+
+
+def test_signature_change_is_detected():
+    from sglang_moe_plugins.integrations.sglang import HookTarget, check_targets
+
+    table = {"0.5.23": (HookTarget(SMQ_TARGET, "silu_mul_quant", ("gateup_output", "masked_m")),)}
+    (check,) = check_targets("0.5.23", table)
+    assert not check.ok and "signature differs" in check.reason
+
+
+def test_invalid_config_is_reported_and_sglang_keeps_running(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('disable = ["jit_epp"]\n')
+    result = _run_python(HOOKED_PROBE.format(pre=""), SGLANG_MOE_PLUGINS_CONFIG=str(bad))
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout + result.stderr
+    assert "sglang-moe-plugins is NOT active: invalid configuration: unknown plugin 'jit_epp'" in out
+    assert "PATCHED []" in result.stdout
