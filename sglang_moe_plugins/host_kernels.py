@@ -17,6 +17,8 @@ plugins' own argument and layout handling is what runs and is tested.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import pathlib
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -56,12 +58,25 @@ def get_host_kernels() -> HostKernels:
         return _default
 
 
+_SGLANG_KERNEL_FILES = ("kernels/ops/moe/dsv4.py", "kernels/ops/quantization/per_token_group_quant.py")
+
+
 def host_kernels_source() -> str | None:
-    """Where the host kernels come from now, or ``None`` when neither an override nor SGLang is there."""
-    try:
-        return get_host_kernels().source
-    except ImportError:
+    """Where the host kernels come from now, or ``None`` when neither an override nor SGLang is there.
+
+    Cheap: it looks for SGLang's kernel modules on disk without importing SGLang (plugins call it
+    from ``supports``); the import happens on the first :func:`get_host_kernels`.
+    """
+    with _lock:
+        if _override is not None:
+            return _override.source
+        if _default is not None:
+            return _default.source
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
         return None
+    root = pathlib.Path(next(iter(spec.submodule_search_locations)))
+    return "sglang" if all((root / rel).is_file() for rel in _SGLANG_KERNEL_FILES) else None
 
 
 @contextlib.contextmanager

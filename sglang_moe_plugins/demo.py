@@ -1,0 +1,197 @@
+"""The main job: a demonstration through SGLang's real entry points (``python -m sglang_moe_plugins.demo``).
+
+1. Runs SGLang's own ``load_plugins()``, which loads this package's ``sglang.srt.plugins`` entry point
+   and hooks SGLang's ``_varlen_deep_gemm_silu_mul_quant``.
+2. For the shapes on which stock SGLang 0.5.23 fails (HOST-FACTS.md), calls the stock function
+   (``__wrapped__``) and the hooked one with the same random inputs: before (result or exception)
+   and after (plugin chosen, why, and the numerical check against an independent fp64 computation).
+3. For every model of the embedded catalog: the hooked call at EP 1 and EP 8 on this machine, and
+   which plugin an H200 (sm90) would choose and why.
+
+Runs on a CPU-only machine (there the ``reference`` plugin does the work; on a GPU the kernels do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["main", "CRASH_CASES"]
+
+
+@dataclass(frozen=True)
+class DemoCase:
+    label: str
+    experts: int
+    rows: int
+    hidden: int
+    topk: int
+    swiglu_limit: float | None
+    keep_fp32: bool = False
+
+
+#: Shapes on which stock SGLang 0.5.23 crashes (HOST-FACTS.md), as (local experts, N, D) per rank.
+CRASH_CASES = (
+    DemoCase("Qwen3-30B-A3B-FP8 TP4/EP4 (E=32, D=768: G=6, G % 4 != 0)", 32, 64, 768, 8, None),
+    DemoCase("Qwen3-30B-A3B-FP8 TP4/EP4, precise branch (silu_mul_keep_fp32: G % 4 != 0)", 32, 64, 768, 8, None, True),
+    DemoCase("Qwen3.5-35B-A3B EP2 (E=128, D=512: D // 8 < E)", 128, 64, 512, 8, None),
+    DemoCase("Qwen3.5-35B-A3B EP2 with swiglu_limit=10", 128, 64, 512, 8, 10.0),
+    DemoCase("DeepSeek-V4-Flash EP8 (E=32, D=2048, swiglu_limit=10, N=6)", 32, 6, 2048, 6, 10.0),
+)
+
+
+def _inputs(e: int, n: int, d: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    mag = torch.exp2(torch.randint(-6, 5, (e, n, 1), generator=gen).float())
+    gateup = (torch.randn(e, n, 2 * d, generator=gen) * mag).to(torch.bfloat16)
+    masked = torch.randint(0, n + 1, (e,), generator=gen, dtype=torch.int32)
+    masked[0] = n
+    if e > 1:
+        masked[1] = 0
+    return gateup, masked
+
+
+def _check(gateup, masked, out, scale, group: int, limit: float | None, layout: str) -> dict[str, Any]:
+    """Relative error of the dequantized output vs an independent fp64 SwiGLU, over real rows."""
+    from .ops import silu_mul_quant as smq
+
+    shape, config = smq.describe(gateup, masked, group_size=group, topk=1, swiglu_limit=limit, scale_layout=layout)
+    smq.validate_outputs(smq.SiluMulQuantOutputs(out, scale), shape, config)
+    x = gateup.double()
+    d = x.shape[-1] // 2
+    gate, up = x[..., :d], x[..., d:]
+    if limit is not None:
+        gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
+    v = gate * torch.sigmoid(gate) * up
+    real = smq.real_rows(masked, shape.max_rows)
+    deq = smq.dequantize(smq.SiluMulQuantOutputs(out, scale), shape, config).double()
+    written = not torch.isnan(out[real].float()).any().item()
+    rel = ((deq[real] - v[real]).norm() / v[real].norm().clamp_min(1e-300)).item()
+    return {"rel_err": rel, "all_real_rows_written": written, "ok": written and rel < 0.05}
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text[:140]}"
+
+
+def run_demo(log_level: str = "WARNING") -> dict[str, Any]:
+    logging.basicConfig(level=getattr(logging, log_level), format="%(levelname)s %(name)s: %(message)s")
+    from sglang.srt.plugins import load_plugins  # SGLang's own plugin loader
+
+    import sglang.srt.layers.moe.moe_runner.deep_gemm as runner
+
+    load_plugins()
+    from . import api
+    from .catalog import load_catalog, silu_mul_quant_cases
+    from .hardware import Platform
+    from .integrations.sglang import hook_status
+
+    hooked = runner._varlen_deep_gemm_silu_mul_quant
+    stock = getattr(hooked, "__wrapped__", None)
+    report: dict[str, Any] = {"hooks": hook_status(), "crash_cases": [], "catalog": []}
+    if stock is None:
+        raise SystemExit("sglang-moe-plugins hooks were not applied by load_plugins(); run `sglang-moe-plugins doctor`")
+    selector = api.get_selector()
+    for i, case in enumerate(CRASH_CASES):
+        gateup, masked = _inputs(case.experts, case.rows, case.hidden, seed=i)
+        try:
+            stock(gateup.clone(), masked, 128, case.topk, swiglu_limit=case.swiglu_limit, silu_mul_keep_fp32=case.keep_fp32)
+            before = "ran"
+        except Exception as exc:  # noqa: BLE001 - the point is to show it
+            before = _short(exc)
+        out, scale = hooked(gateup.clone(), masked, 128, case.topk, swiglu_limit=case.swiglu_limit, silu_mul_keep_fp32=case.keep_fp32)
+        layout = "row_major" if case.swiglu_limit is not None or case.keep_fp32 else "column_major"
+        from .ops import silu_mul_quant as smq
+
+        shape, config = smq.describe(gateup, masked, group_size=128, topk=case.topk, swiglu_limit=case.swiglu_limit,
+                                     scale_layout=layout, keep_fp32=case.keep_fp32)
+        here = selector.explain(smq.OP, shape, config)
+        h200 = selector.explain(smq.OP, shape, dataclasses.replace(config, platform=Platform.cuda(9, 0)))
+        report["crash_cases"].append({
+            "case": case.label, "stock_sglang": before,
+            "hooked": {"plugin": here.chosen.name, "why": here.candidate(here.chosen.name).reason,
+                       "not_chosen": {c.name: f"{c.verdict}: {c.reason}" for c in here.candidates if c.name != here.chosen.name},
+                       "check": _check(gateup, masked, out, scale, 128, case.swiglu_limit, layout)},
+            "on_h200": {"plugin": h200.chosen.name if h200.chosen else None,
+                        "not_chosen": {c.name: f"{c.verdict}: {c.reason}" for c in h200.candidates if h200.chosen is None or c.name != h200.chosen.name}},
+        })
+    for model in load_catalog():
+        if model.gpt_oss_activation:
+            report["catalog"].append({"model": model.short_name, "note": "gpt-oss activation: handed to SGLang's own path (not modelled)"})
+            continue
+        for ep in (1, 8):
+            if model.experts % ep:
+                continue
+            (case,) = silu_mul_quant_cases(model, ep=ep, rows=(6,), platform=Platform.cpu())
+            e, n, d = case.shape.num_experts, case.shape.max_rows, case.shape.hidden
+            gateup, masked = _inputs(e, n, d, seed=ep)
+            out, scale = hooked(gateup, masked, 128, model.topk, swiglu_limit=model.swiglu_limit)
+            check = _check(gateup, masked, out, scale, 128, model.swiglu_limit, case.config.scale_layout)
+            (h200_case,) = silu_mul_quant_cases(model, ep=ep, rows=(128,), platform=Platform.cuda(9, 0))
+            h200 = selector.explain("silu_mul_quant", h200_case.shape, h200_case.config)
+            jit = h200.candidate("jit_ep") if "jit_ep" in {c.name for c in h200.candidates} else None
+            report["catalog"].append({
+                "model": model.short_name, "ep": ep, "E": e, "D": d, "swiglu_limit": model.swiglu_limit,
+                "here": selector.explain("silu_mul_quant", case.shape, case.config).chosen.name, "check": check,
+                "h200": h200.chosen.name if h200.chosen else None,
+                "jit_ep_on_h200": f"{jit.verdict}: {jit.reason}" if jit else "not registered",
+            })
+    report["hook_calls"] = hook_status()["calls"]
+    return report
+
+
+def _print_text(report: dict[str, Any]) -> None:
+    print("sglang-moe-plugins demo: SGLang's load_plugins() applied hooks to:")
+    for target in report["hooks"]["targets"]:
+        print(f"  {'hooked' if target['ok'] else 'NOT hooked'}: {target['path']} ({target['reason']})")
+    print("\nShapes on which stock SGLang 0.5.23 fails")
+    for item in report["crash_cases"]:
+        h = item["hooked"]
+        print(f"\n* {item['case']}")
+        print(f"  before (stock SGLang): {item['stock_sglang']}")
+        print(f"  after  (hooked):       plugin {h['plugin']!r} ({h['why']}); rel. error vs fp64 {h['check']['rel_err']:.2e}, "
+              f"all real rows written: {h['check']['all_real_rows_written']} -> {'OK' if h['check']['ok'] else 'FAILED'}")
+        for name, why in h["not_chosen"].items():
+            print(f"      not {name}: {why}")
+        print(f"  on an H200 (sm90) it would run: {item['on_h200']['plugin']}")
+        for name, why in item["on_h200"]["not_chosen"].items():
+            print(f"      not {name}: {why}")
+    print("\nEmbedded model catalog (hooked call here, N=6 rows; and the choice on an H200 at N=128)")
+    header = f"{'model':<24} {'EP':>2} {'E':>4} {'D':>6} {'limit':>6}  {'here':<10} {'rel.err':>8} {'ok':<3} {'H200':<13} jit_ep on H200"
+    print(header)
+    print("-" * len(header))
+    for row in report["catalog"]:
+        if "note" in row:
+            print(f"{row['model']:<24} {row['note']}")
+            continue
+        limit = "-" if row["swiglu_limit"] is None else f"{row['swiglu_limit']:g}"
+        print(f"{row['model']:<24} {row['ep']:>2} {row['E']:>4} {row['D']:>6} {limit:>6}  {row['here']:<10} "
+              f"{row['check']['rel_err']:>8.1e} {'yes' if row['check']['ok'] else 'NO':<3} {str(row['h200']):<13} {row['jit_ep_on_h200']}")
+    print(f"\nhooked calls served: {report['hook_calls']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sglang_moe_plugins.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--log-level", default="WARNING", help="logging level (INFO shows every selection)")
+    args = parser.parse_args(argv)
+    report = run_demo(args.log_level)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        _print_text(report)
+    failures = [c for c in report["crash_cases"] if not c["hooked"]["check"]["ok"]]
+    failures += [r for r in report["catalog"] if "check" in r and not r["check"]["ok"]]
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
