@@ -26,6 +26,6 @@ setup() {
 case "${1:-test}" in
     setup) setup ;;
     demo) setup; shift; exec "$VENV/bin/python" -m sglang_moe_plugins.demo "$@" ;;
-    test) setup; shift; exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests "$@" ;;
+    test) setup; shift; exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests examples/sglang-moe-example-plugin/tests "$@" ;;
     *) echo "usage: ./dev.sh [setup|demo|test]" >&2; exit 2 ;;
 esac

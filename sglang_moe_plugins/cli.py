@@ -1,4 +1,4 @@
-"""The ``sglang-moe-plugins`` command: ``list``, ``explain``, ``doctor``. ``--json`` for machines."""
+"""The ``sglang-moe-plugins`` command: ``list``, ``explain``, ``doctor``, ``check``. ``--json`` for machines."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from typing import Any, Sequence
 from . import api
 from ._version import CONTRACT_VERSION, __version__
 from .catalog import DEFAULT_ROWS, get_model, load_catalog, silu_mul_quant_cases
-from .errors import MoEPluginsError
+from .errors import ConfigError, MoEPluginsError
 from .hardware import Platform, local_platform
+from .testing.cli_check import add_check_parser
 
 __all__ = ["main", "build_parser"]
 
@@ -142,6 +143,61 @@ def _version_of(dist: str) -> str:
         return "not installed"
 
 
+def _self_check(registry: Any) -> tuple[list[dict[str, str]], list[str]]:
+    """Ask every enabled ``silu_mul_quant`` plugin that is available here about one small probe call and
+    run it once: a plugin whose ``supports``/``run`` raises or whose outputs break the op's contract is a
+    problem. Returns ``(rows, problems)``."""
+    import torch
+
+    from .ops import silu_mul_quant as smq
+    from .selection import _as_support
+
+    here = local_platform()
+    device = torch.device("cuda", torch.cuda.current_device()) if here.is_cuda else torch.device("cpu")
+    gen = torch.Generator().manual_seed(0)
+    gateup = torch.randn(2, 4, 1024, generator=gen).to(torch.bfloat16).to(device)
+    masked = torch.tensor([4, 1], dtype=torch.int32).to(device)
+    shape, config = smq.describe(gateup, masked, group_size=128, topk=1)
+    rows: list[dict[str, str]] = []
+    problems: list[str] = []
+
+    def note(name: str, state: str, detail: str, problem: bool = False) -> None:
+        rows.append({"plugin": name, "state": state, "detail": detail})
+        if problem:
+            problems.append(f"plugin {name!r} self-check: {detail}")
+
+    for record in registry.records(smq.OP):
+        name = record.name
+        if not record.enabled:
+            note(name, "skipped", record.status)
+            continue
+        try:
+            avail = record.plugin.available(here) if hasattr(record.plugin, "available") else None
+        except Exception as exc:  # noqa: BLE001 - report, do not die
+            note(name, "error", f"available() raised {type(exc).__name__}: {exc}", True)
+            continue
+        if avail is not None and not avail:
+            note(name, "skipped", f"not available here: {avail.reason}")
+            continue
+        try:
+            support = _as_support(record.plugin.supports(shape, config), name)
+        except Exception as exc:  # noqa: BLE001
+            note(name, "error", f"supports({shape.describe()}) raised {type(exc).__name__}: {exc}", True)
+            continue
+        if not support:
+            note(name, "skipped", f"does not support the probe call ({shape.describe()}): {support.reason}")
+            continue
+        outputs = smq.allocate_outputs(shape, config, device)
+        try:
+            returned = record.plugin.run(smq.SiluMulQuantInputs(gateup.clone(), masked), outputs, shape, config)
+            smq.validate_outputs(outputs if returned is None else returned, shape, config, name)
+        except Exception as exc:  # noqa: BLE001
+            note(name, "error", f"run() on the probe call ({shape.describe()}) failed: {type(exc).__name__}: {exc}", True)
+            continue
+        note(name, "ok", f"supports and runs the probe call ({shape.describe()}) on {here}")
+    return rows, problems
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     import torch
 
@@ -158,13 +214,19 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     problems: list[str] = []
     try:
         registry = api.get_registry()
-    except MoEPluginsError as exc:
+    except ConfigError as exc:
         problems.append(f"configuration error: {exc}")
+        registry = None
+    except MoEPluginsError as exc:  # strict = true and a plugin could not be registered
+        problems.append(f"plugin registry error: {exc}")
         registry = None
     if registry is not None:
         report["config"] = {"file": registry.config.source, "strict": registry.config.strict, "notes": list(registry.config.notes)}
         report["plugins"] = {r.name: r.status for r in registry.records()}
         problems += [p.describe() for p in registry.problems]
+        if not args.no_self_check:
+            report["self check"], found = _self_check(registry)
+            problems += found
     eps = [ep for ep in entry_points(group="sglang.srt.plugins") if ep.name == "moe_plugins"]
     allow = os.environ.get("SGLANG_PLUGINS", "")
     allowed = not allow or "moe_plugins" in {x.strip() for x in allow.split(",")}
@@ -192,6 +254,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         lines += [f"  note: {n}" for n in report["config"]["notes"]]
         lines.append("plugins:")
         lines += [f"  {k}: {v}" for k, v in report["plugins"].items()]
+    if report.get("self check"):
+        lines.append("self check (one probe call per plugin available here):")
+        lines += [f"  {r['plugin']}: {r['state']}: {r['detail']}" for r in report["self check"]]
     lines.append(f"sglang entry point moe_plugins: {report['sglang entry point']}")
     lines.append(f"host kernels: {report['host kernels']}")
     if hooks:
@@ -227,7 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_doc.add_argument("--json", action="store_true")
     p_doc.add_argument("--no-hooks", action="store_true", help="skip importing SGLang to check the hook targets (fast)")
     p_doc.add_argument("--strict-exit", action="store_true", help="exit 1 when a problem is found")
+    p_doc.add_argument("--no-self-check", action="store_true",
+                       help="skip running each available silu_mul_quant plugin once on a small probe call")
     p_doc.set_defaults(func=cmd_doctor)
+    add_check_parser(sub)
     return parser
 
 

@@ -61,7 +61,7 @@ def test_explain_model_at_ep_sizes():
 def test_explain_explicit_shape_and_platforms():
     result = cli("explain", "--experts", "512", "--hidden", "512", "--topk", "10", "--limit", "10", "--platform", "cpu", "--json")
     data = json.loads(result.stdout)
-    assert data[0]["chosen"] == "reference"
+    assert data[0]["chosen"] in {"reference", "example_torch"}  # the example plugin is installed in CI
     reasons = {c["name"]: c["reason"] for c in data[0]["candidates"]}
     assert "requires a CUDA device, the call is on cpu" in reasons["jit_ep"]
 

@@ -1,0 +1,5 @@
+"""An example third-party kernel plugin for sglang-moe-plugins (see README.md)."""
+
+from .plugin import ExampleTorchPlugin
+
+__all__ = ["ExampleTorchPlugin"]

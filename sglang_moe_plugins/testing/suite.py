@@ -1,0 +1,410 @@
+"""The conformance suite: draw cases, ask ``supports``, run what it accepts, check everything, report.
+
+Op-agnostic: the op's adapter (:mod:`.adapters`) supplies cases, inputs and output checks.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import random
+import statistics
+import time
+import traceback
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from ..catalog import DEFAULT_ROWS
+from ..contract import Support
+from ..errors import InvalidArgumentError, MoEPluginsError
+from ..hardware import Platform, platform_of
+from ..ops import OPS
+from ..registry import validate_plugin
+from .adapters import FULL, NONE, OpConformance, SuiteCase, conformance_for
+from .loading import LoadedPlugin, load_plugin
+from .report import CHECKS, FAILED, PASSED, SKIPPED, CaseFailure, CaseResult, CheckResult, ConformanceReport
+
+__all__ = ["SuiteOptions", "run_conformance", "ProgressCallback", "DEFAULT_CPU_MAX_ELEMENTS", "DEFAULT_CUDA_MAX_ELEMENTS", "DEFAULT_CPU_CATALOG_RUNS"]
+
+logger = logging.getLogger(__name__)
+
+#: Per-case size budget (input elements, E * N * 2D for silu_mul_quant) on CPU and on CUDA.
+DEFAULT_CPU_MAX_ELEMENTS = 1 << 20
+DEFAULT_CUDA_MAX_ELEMENTS = 1 << 27
+#: Catalog cases run on CPU (the rest are supports()-checked only); all run on CUDA.
+DEFAULT_CPU_CATALOG_RUNS = 24
+
+#: ``progress(done, total, label)``, called before each case and once at the end (label "").
+ProgressCallback = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class SuiteOptions:
+    """What the suite draws and where it runs. Every field has a sensible default."""
+
+    #: Seed of the random cases and inputs; None draws one (it is in the report: rerun with it).
+    seed: int | None = None
+    #: Number of property-based random cases.
+    random_cases: int = 24
+    #: Draw the embedded catalog's models.
+    catalog: bool = True
+    #: Restrict the catalog to these models (ids or short names); None: every model.
+    models: tuple[str, ...] | None = None
+    #: Expert-parallel sizes of the catalog cases.
+    eps: tuple[int, ...] = (1, 2, 4, 8)
+    #: Padded rows per expert (N) of the catalog cases: decode-size and prefill-size.
+    rows: tuple[int, ...] = DEFAULT_ROWS
+    #: Draw the curated edge cases.
+    edge_cases: bool = True
+    #: "auto" (CUDA when available, else CPU), "cpu", "cuda" or "cuda:N".
+    device: str = "auto"
+    #: Largest case run as drawn (input elements); larger catalog cases also run at a reduced N.
+    #: None: 2**21 on CPU, 2**27 on CUDA.
+    max_elements: int | None = None
+    #: supports() must take less than this per call (median), in microseconds.
+    supports_budget_us: float = 1000.0
+    #: Run at most this many of the accepted catalog cases, spread over the models (the others are
+    #: supports()-checked only). None: 24 on CPU, all on CUDA. Edge and random cases always run.
+    max_catalog_runs: int | None = None
+
+    def __post_init__(self) -> None:
+        def bad(field: str, allowed: str) -> InvalidArgumentError:
+            return InvalidArgumentError("conformance suite", field, getattr(self, field), allowed)
+
+        def positive_int(value: Any) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise bad("seed", "None or an int")
+        if isinstance(self.random_cases, bool) or not isinstance(self.random_cases, int) or self.random_cases < 0:
+            raise bad("random_cases", "an int >= 0")
+        for field in ("eps", "rows"):
+            values = getattr(self, field)
+            if not isinstance(values, tuple) or not all(positive_int(v) for v in values):
+                raise bad(field, "a tuple of ints >= 1")
+        if self.models is not None and (not isinstance(self.models, tuple) or not all(isinstance(m, str) for m in self.models)):
+            raise bad("models", "None or a tuple of model names")
+        for field in ("max_elements", "max_catalog_runs"):
+            value = getattr(self, field)
+            if value is not None and not (positive_int(value) or (field == "max_catalog_runs" and value == 0)):
+                raise bad(field, "None or a positive int")
+        if isinstance(self.supports_budget_us, bool) or not isinstance(self.supports_budget_us, (int, float)) or self.supports_budget_us <= 0:
+            raise bad("supports_budget_us", "a number > 0")
+        if not isinstance(self.device, str):
+            raise bad("device", '"auto", "cpu", "cuda" or "cuda:N"')
+
+    def resolved_max_elements(self, platform: Platform) -> int:
+        if self.max_elements is not None:
+            return self.max_elements
+        return DEFAULT_CUDA_MAX_ELEMENTS if platform.is_cuda else DEFAULT_CPU_MAX_ELEMENTS
+
+    def resolved_max_catalog_runs(self, platform: Platform) -> int | None:
+        if self.max_catalog_runs is not None:
+            return self.max_catalog_runs
+        return None if platform.is_cuda else DEFAULT_CPU_CATALOG_RUNS
+
+
+def _resolve_device(spec: str) -> torch.device:
+    if spec == "auto":
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    try:
+        device = torch.device(spec)
+    except RuntimeError:
+        raise InvalidArgumentError("conformance suite", "device", spec, '"auto", "cpu", "cuda" or "cuda:N"') from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise MoEPluginsError(f"device {spec!r} requested, but CUDA is not available here; use --device cpu or auto")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _describe(value: Any) -> str:
+    describe = getattr(value, "describe", None)
+    return describe() if callable(describe) else repr(value)
+
+
+def _error_text(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _copy(value: Any) -> Any:
+    """An equal but distinct object (dataclasses are rebuilt field by field)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value)
+    return copy.deepcopy(value)
+
+
+class _Checks:
+    """Accumulates per-check counts and first failures."""
+
+    def __init__(self) -> None:
+        self.checked: dict[str, int] = defaultdict(int)
+        self.failures: dict[str, list[CaseFailure]] = defaultdict(list)
+        self.notes: dict[str, str] = {}
+
+    def ok(self, name: str) -> None:
+        self.checked[name] += 1
+
+    def fail(self, name: str, case: SuiteCase | None, error: str) -> CaseFailure:
+        self.checked[name] += 1
+        failure = CaseFailure(
+            name,
+            case.label if case else "(plugin)",
+            _describe(case.shape) if case else "-",
+            _describe(case.config) if case else "-",
+            error,
+        )
+        self.failures[name].append(failure)
+        return failure
+
+    def results(self) -> tuple[CheckResult, ...]:
+        out = []
+        for name, title in CHECKS.items():
+            failures = self.failures.get(name, [])
+            checked = self.checked.get(name, 0)
+            status = FAILED if failures else (PASSED if checked else SKIPPED)
+            out.append(CheckResult(name, title, status, checked, len(failures), failures[0] if failures else None, self.notes.get(name, "")))
+        return tuple(out)
+
+
+def _ask(plugin: Any, shape: Any, config: Any) -> tuple[Any, float]:
+    start = time.perf_counter()
+    answer = plugin.supports(shape, config)
+    return answer, (time.perf_counter() - start) * 1e6
+
+
+def _check_supports(plugin: Any, case: SuiteCase, checks: _Checks, timings: list[float]) -> tuple[bool | None, str, list[CaseFailure]]:
+    """Ask supports() three times (twice as drawn, once on copies); returns (supported, reason, failures)."""
+    failures: list[CaseFailure] = []
+    answers = []
+    for shape, config in ((case.shape, case.config), (case.shape, case.config), (_copy(case.shape), _copy(case.config))):
+        try:
+            answer, micros = _ask(plugin, shape, config)
+        except Exception as exc:  # noqa: BLE001 - the finding
+            failures.append(checks.fail("supports_answer", case, f"supports() raised {_error_text(exc)}; it must return Support.no(reason)"))
+            return None, f"supports() raised {type(exc).__name__}: {exc}", failures
+        timings.append(micros)
+        answers.append(answer)
+    first = answers[0]
+    reason = getattr(first, "reason", None)
+    if not isinstance(first, Support) and not isinstance(reason, str):
+        failures.append(checks.fail("supports_answer", case, f"supports() returned {first!r}; it must return sglang_moe_plugins.Support"))
+        return None, "no Support returned", failures
+    if not isinstance(reason, str) or not reason.strip():
+        failures.append(checks.fail("supports_answer", case, f"supports() returned {first!r} without a human-readable reason"))
+        return bool(first), "(no reason)", failures
+    checks.ok("supports_answer")
+    keys = [(bool(a), getattr(a, "reason", None)) for a in answers]
+    if keys[0] != keys[1]:
+        failures.append(checks.fail("supports_deterministic", case, f"asked twice, supports() answered {keys[0]} then {keys[1]}"))
+    elif keys[0] != keys[2]:
+        failures.append(
+            checks.fail("supports_deterministic", case, f"supports() answered {keys[0]}, but {keys[2]} for an equal copy of the shape and config")
+        )
+    else:
+        checks.ok("supports_deterministic")
+    return bool(first), reason, failures
+
+
+def _execute(
+    plugin: Any, adapter: OpConformance, case: SuiteCase, device: torch.device, checks: _Checks
+) -> list[CaseFailure]:
+    """Run one accepted case and check its outputs; returns the failures."""
+    failures: list[CaseFailure] = []
+    inputs = adapter.make_inputs(case, device)
+    outputs = adapter.allocate_outputs(case, inputs, device)
+    adapter.poison(outputs)
+    snapshot = adapter.snapshot(inputs)
+    try:
+        returned = plugin.run(inputs, outputs, case.shape, case.config)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Exception as exc:  # noqa: BLE001 - the finding
+        failures.append(checks.fail("run_no_crash", case, f"supports() accepted the case ({_short(case)}), then run() raised {_error_text(exc)}"))
+        return failures
+    checks.ok("run_no_crash")
+    result = outputs if returned is None else returned
+    try:
+        adapter.validate_outputs(result, case, getattr(plugin, "name", "?"))
+    except Exception as exc:  # noqa: BLE001
+        failures.append(checks.fail("output_layout", case, str(exc) if isinstance(exc, MoEPluginsError) else _error_text(exc)))
+        return failures
+    checks.ok("output_layout")
+    changed = adapter.inputs_changed(snapshot, inputs, case)
+    if changed:
+        failures.append(checks.fail("inputs_unchanged", case, changed))
+    else:
+        checks.ok("inputs_unchanged")
+    unwritten = adapter.find_unwritten(snapshot, result, case)
+    if unwritten:
+        if result is not outputs:
+            unwritten += " (run() returned a new outputs object; only the preallocated outputs are poisoned)"
+        failures.append(checks.fail("rows_written", case, unwritten))
+        return failures
+    checks.ok("rows_written")
+    mismatch = adapter.compare(snapshot, result, case)
+    if mismatch:
+        failures.append(checks.fail("numerics", case, mismatch))
+    else:
+        checks.ok("numerics")
+    return failures
+
+
+def _short(case: SuiteCase) -> str:
+    return f"{_describe(case.shape)} [{_describe(case.config)}]"
+
+
+def _select_run_cases(accepted: list[SuiteCase], catalog_limit: int | None, seed: int) -> set[int]:
+    """ids of the accepted cases to run: every edge and random case, and up to ``catalog_limit``
+    catalog cases chosen round-robin over the models (in a seeded order)."""
+    chosen = {id(c) for c in accepted if c.origin != "catalog"}
+    catalog = [c for c in accepted if c.origin == "catalog"]
+    if catalog_limit is None or len(catalog) <= catalog_limit:
+        return chosen | {id(c) for c in catalog}
+    rng = random.Random(seed)
+    groups: dict[str, list[SuiteCase]] = defaultdict(list)
+    for case in catalog:
+        groups[case.group].append(case)
+    order = sorted(groups)
+    rng.shuffle(order)
+    for name in order:
+        rng.shuffle(groups[name])
+    picked = 0
+    while picked < catalog_limit:
+        for name in order:
+            if groups[name] and picked < catalog_limit:
+                chosen.add(id(groups[name].pop()))
+                picked += 1
+    return chosen
+
+
+def run_conformance(
+    target: Any,
+    options: SuiteOptions | None = None,
+    *,
+    progress: ProgressCallback | None = None,
+    **overrides: Any,
+) -> ConformanceReport:
+    """Run the conformance suite on ``target`` and return a :class:`ConformanceReport`.
+
+    ``target``: a plugin instance or class, a registered plugin name, ``path/to/module.py[:Class]`` or
+    ``package.module:Class``. ``overrides`` replace fields of ``options`` (``seed=1, random_cases=8``).
+    Never raises for a plugin's failure: every finding is in the report. Raises
+    :class:`~sglang_moe_plugins.testing.PluginLoadError` when ``target`` cannot be loaded.
+    """
+    started = time.perf_counter()
+    options = dataclasses.replace(options or SuiteOptions(), **overrides)
+    if options.seed is None:
+        options = dataclasses.replace(options, seed=random.SystemRandom().randrange(1 << 31))
+    seed = int(options.seed)  # type: ignore[arg-type]
+    loaded = target if isinstance(target, LoadedPlugin) else load_plugin(target)
+    plugin = loaded.plugin
+    name = str(getattr(plugin, "name", "?"))
+    op = str(getattr(plugin, "op", "?"))
+    device = _resolve_device(options.device)
+    platform = platform_of(device)
+    logger.info("sglang-moe-plugins conformance: plugin %r (%s), op %s, on %s, seed %d", name, loaded.origin, op, device, seed)
+    checks = _Checks()
+
+    def report(coverage: str, note: str, cases: tuple[CaseResult, ...] = (), timings: list[float] | None = None) -> ConformanceReport:
+        timings = timings or []
+        return ConformanceReport(
+            plugin=name,
+            plugin_class=f"{type(plugin).__module__}.{type(plugin).__qualname__} ({loaded.origin})",
+            op=op,
+            coverage=coverage,
+            coverage_note=note,
+            device=str(device),
+            platform=str(platform),
+            seed=seed,
+            options=options,
+            checks=checks.results(),
+            cases=cases,
+            supports_median_us=statistics.median(timings) if timings else 0.0,
+            supports_max_us=max(timings) if timings else 0.0,
+            seconds=time.perf_counter() - started,
+        )
+
+    try:
+        validate_plugin(plugin, loaded.origin)
+        available = getattr(plugin, "available", None)
+        if callable(available):
+            answer = available(platform)
+            if not isinstance(getattr(answer, "reason", None), str):
+                raise MoEPluginsError(f"available({platform}) returned {answer!r}; it must return sglang_moe_plugins.Support")
+    except Exception as exc:  # noqa: BLE001 - the finding
+        checks.fail("contract", None, str(exc) if isinstance(exc, MoEPluginsError) else _error_text(exc))
+        if not isinstance(getattr(plugin, "name", None), str) or not callable(getattr(plugin, "supports", None)):
+            return report(NONE, "the plugin does not satisfy the contract; nothing else was checked")
+    else:
+        checks.ok("contract")
+
+    if op not in OPS:
+        return report(NONE, f"op {op!r} is not a known op (known: {', '.join(sorted(OPS))}); nothing to check")
+    adapter = conformance_for(op)
+    if adapter is None:
+        return report(NONE, f"op {op!r} is not covered by the conformance suite yet (its op module offers no conformance cases)")
+
+    drawn = list(adapter.cases(options, platform, seed))
+    timings: list[float] = []
+    answers: dict[int, tuple[bool | None, str, list[CaseFailure]]] = {}
+    for case in drawn:
+        answers[id(case)] = _check_supports(plugin, case, checks, timings)
+    accepted = [c for c in drawn if c.execute and answers[id(c)][0]]
+    to_run = _select_run_cases(accepted, options.resolved_max_catalog_runs(platform), seed)
+
+    results: list[CaseResult] = []
+    total = len(drawn)
+    for index, case in enumerate(drawn):
+        if progress is not None:
+            progress(index, total, case.label)
+        supported, reason, failures = answers[id(case)]
+        case_start = time.perf_counter()
+        if supported is None:
+            status = "error"
+        elif not supported:
+            status = "rejected"
+        elif not case.execute or id(case) not in to_run or adapter.coverage != FULL:
+            status = "probed"
+        else:
+            try:
+                failures = failures + _execute(plugin, adapter, case, device, checks)
+            except Exception as exc:  # noqa: BLE001 - a suite problem must not hide as a pass
+                logger.exception("conformance suite error on case %s", case.label)
+                failures = failures + [checks.fail("run_no_crash", case, f"the suite itself failed on this case: {_error_text(exc)}")]
+            status = FAILED if failures else PASSED
+        if failures and status in ("rejected", "probed"):
+            status = FAILED
+        results.append(
+            CaseResult(case.label, case.origin, _describe(case.shape), _describe(case.config), case.masked_m, supported, reason,
+                       status, tuple(failures), time.perf_counter() - case_start, case.seed)
+        )
+    if progress is not None:
+        progress(total, total, "")
+
+    if timings:
+        median = statistics.median(timings)
+        budget = options.supports_budget_us
+        if median > budget:
+            checks.fail("supports_cheap", None, f"supports() took {median:.0f} us per call (median of {len(timings)}), over the {budget:.0f} us budget")
+        else:
+            checks.ok("supports_cheap")
+        checks.notes["supports_cheap"] = f"median {median:.1f} us, max {max(timings):.1f} us (budget {budget:.0f} us)"
+    if adapter.coverage != FULL:
+        for key in ("run_no_crash", "output_layout", "inputs_unchanged", "rows_written", "numerics"):
+            checks.notes[key] = "not exercised: " + adapter.note
+    rejected = sum(1 for r in results if r.status == "rejected")
+    probed = sum(1 for r in results if r.status == "probed")
+    checks.notes.setdefault("supports_answer", f"{len(drawn) - rejected} accepted, {rejected} rejected")
+    if probed:
+        checks.notes.setdefault("run_no_crash", f"{probed} accepted case(s) supports()-checked only (size budget or max_catalog_runs)")
+    final = report(adapter.coverage, adapter.note, tuple(results), timings)
+    logger.info("sglang-moe-plugins conformance: plugin %r: %s (%d cases run)", name, final.status, final.cases_run)
+    return final

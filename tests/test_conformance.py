@@ -1,0 +1,327 @@
+"""The conformance suite (sglang_moe_plugins.testing): case generation, checks, report, pytest plugin.
+
+Runs on CPU. Every suite run here uses a fixed seed and a reduced case budget to stay fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+import numerics
+from sglang_moe_plugins import Plugin, Support
+from sglang_moe_plugins.hardware import Platform
+from sglang_moe_plugins.ops import OPS
+from sglang_moe_plugins.ops import silu_mul_quant as smq
+from sglang_moe_plugins.plugins.reference import ReferencePlugin, silu_mul_quant_reference
+from sglang_moe_plugins.testing import (
+    BF16_INTERMEDIATES,
+    CHECKS,
+    STRICT,
+    ConformanceFailure,
+    PluginLoadError,
+    SuiteOptions,
+    ToleranceError,
+    check_against_fp64,
+    conformance_for,
+    load_plugin,
+    run_conformance,
+    tolerance,
+    tolerance_for,
+)
+from sglang_moe_plugins.testing.report import FAILED, NOT_EXERCISED, PASSED
+from sglang_moe_plugins.testing.silu_mul_quant import MASKED_PATTERNS, masked_pattern
+
+HERE = os.path.dirname(__file__)
+BROKEN = os.path.join(HERE, "broken_plugins.py")
+#: A small but complete draw: one catalog model at EP 1 and 8, every edge case, a few random cases.
+SMALL = dict(seed=0, models=("Qwen3-30B-A3B",), eps=(1, 8), max_catalog_runs=2, random_cases=3)
+
+# -- tolerance policy: one source ---------------------------------------------------------------------
+
+
+def test_tests_numerics_reexports_the_package_policy():
+    for name in ("fp64_expected", "check_against_fp64", "poison", "POISON_FP8"):
+        assert getattr(numerics, name) is getattr(tolerance, name)
+
+
+def _reference_outputs(seed=0, layout="column_major", limit=None, keep_fp32=False):
+    gen = torch.Generator().manual_seed(seed)
+    shape = smq.SiluMulQuantShape(3, 6, 384, 128, 2)
+    config = smq.SiluMulQuantConfig(Platform.cpu(), swiglu_limit=limit, scale_layout=layout, keep_fp32=keep_fp32)
+    masked = masked_pattern("ragged", 3, 6, 2, gen)
+    from sglang_moe_plugins.testing.silu_mul_quant import make_gateup
+
+    inputs = smq.SiluMulQuantInputs(make_gateup(shape, masked, gen), masked)
+    outputs = smq.allocate_outputs(shape, config, torch.device("cpu"))
+    numerics.poison(outputs)
+    silu_mul_quant_reference(inputs, outputs, shape, config)
+    return inputs, outputs, shape, config
+
+
+@pytest.mark.parametrize("layout", smq.SCALE_LAYOUTS)
+def test_policy_accepts_the_reference_and_rejects_perturbations(layout):
+    inputs, outputs, shape, config = _reference_outputs(layout=layout, limit=7.3)
+    check_against_fp64(inputs, outputs, shape, config)  # strict policy, limit not exact in bf16
+    real = smq.real_rows(inputs.masked_m, shape.max_rows)
+    e, r = (int(i) for i in real.nonzero()[0])
+    if layout == "ue8m0_packed":
+        outputs.scale[e, r, 0] += 1  # one exponent one binade off
+        message = "UE8M0 scale"
+    else:
+        outputs.scale[e, r, 0] *= 1.0001
+        message = "fp32 scale"
+    with pytest.raises(ToleranceError, match=message):
+        check_against_fp64(inputs, outputs, shape, config)
+    with pytest.raises(AssertionError):  # ToleranceError is an AssertionError for pytest
+        check_against_fp64(inputs, outputs, shape, config)
+
+
+def test_policy_names_an_unwritten_row_and_a_wrong_value():
+    inputs, outputs, shape, config = _reference_outputs()
+    real = smq.real_rows(inputs.masked_m, shape.max_rows)
+    e, r = (int(i) for i in real.nonzero()[-1])
+    saved = outputs.out[e, r].clone()
+    outputs.out[e, r].view(torch.uint8).fill_(numerics.POISON_FP8)
+    with pytest.raises(ToleranceError, match=rf"real row {r} of expert {e} .*poison"):
+        check_against_fp64(inputs, outputs, shape, config)
+    outputs.out[e, r] = saved
+    outputs.out.view(torch.uint8)[e, r, 5] ^= 0x02  # a mantissa bit: two fp8 steps away
+    with pytest.raises(ToleranceError, match=rf"fp8 value of expert {e} row {r} column 5"):
+        check_against_fp64(inputs, outputs, shape, config)
+
+
+def test_bf16_intermediates_allowed_only_without_keep_fp32():
+    assert tolerance_for(smq.SiluMulQuantConfig(keep_fp32=True)) is STRICT
+    assert tolerance_for(smq.SiluMulQuantConfig()) is BF16_INTERMEDIATES
+    inputs, outputs, shape, config = _reference_outputs(layout="row_major")
+    # What a plugin that rounds SiLU * up to bf16 before quantizing produces:
+    real = smq.real_rows(inputs.masked_m, shape.max_rows)
+    gate, up = smq.split_gate_up(inputs.gateup[real].float(), False)
+    values = (torch.nn.functional.silu(gate).bfloat16().float() * up).bfloat16().float()
+    from sglang_moe_plugins.quant import quantize_fp8_groups
+
+    q, scale = quantize_fp8_groups(values, 128, ue8m0=False)
+    outputs.out[real], outputs.scale[real] = q, scale
+    assert tolerance.compare_with_fp64(inputs, outputs, shape, config, BF16_INTERMEDIATES).ok
+    assert not tolerance.compare_with_fp64(inputs, outputs, shape, config, STRICT).ok
+
+
+# -- case generation ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pattern", MASKED_PATTERNS)
+def test_masked_patterns_keep_the_host_guarantee(pattern):
+    for seed in range(20):
+        gen = torch.Generator().manual_seed(seed)
+        e, n, topk = 1 + seed % 9, 1 + seed % 13, 1 + seed % 4
+        m = masked_pattern(pattern, e, n, topk, gen)
+        assert m.dtype == torch.int32 and m.shape == (e,)
+        assert (m >= 0).all() and (m <= n).all() and int(m.sum()) <= n * topk
+        if pattern == "empty":
+            assert int(m.sum()) == 0
+        if pattern == "ragged" and e > 1:
+            assert int(m[0]) == min(n, n * topk) and int(m[1]) == 0
+
+
+def test_cases_cover_catalog_eps_rows_edges_and_seeded_random():
+    adapter = conformance_for("silu_mul_quant")
+    options = SuiteOptions(seed=7, random_cases=5)
+    cases = adapter.cases(options, Platform.cpu(), 7)
+    labels = [c.label for c in cases]
+    for ep in (1, 2, 4, 8):
+        assert any(f" EP{ep} " in label for label in labels)
+    assert any("N=128" in label for label in labels) and any("N=1024" in label for label in labels)
+    assert any(c.shape.max_rows == 1024 and not c.execute for c in cases), "prefill size probed through supports()"
+    assert {c.masked_m for c in cases} >= {"ragged", "empty", "uniform", "skewed", "full"}
+    assert {c.origin for c in cases} == {"catalog", "edge", "random"}
+    assert all(c.config.platform == Platform.cpu() for c in cases)
+    assert not any("gpt-oss" in label for label in labels)
+    assert sum(c.origin == "random" for c in cases) == 5 and "seed 7" in labels[-1]
+    budget = options.resolved_max_elements(Platform.cpu())
+    # Every case that runs fits the size budget, except catalog cases already reduced to N = 1.
+    assert all(c.shape.num_experts * c.shape.max_rows * 2 * c.shape.hidden <= budget or c.shape.max_rows == 1
+               for c in cases if c.execute)
+    # Reproducible from the seed; another seed draws other random cases.
+    again = adapter.cases(options, Platform.cpu(), 7)
+    assert [(c.shape, c.config, c.seed) for c in again] == [(c.shape, c.config, c.seed) for c in cases]
+    other = adapter.cases(options, Platform.cpu(), 8)
+    assert [c.shape for c in other if c.origin == "random"] != [c.shape for c in cases if c.origin == "random"]
+
+
+# -- the suite on good plugins ------------------------------------------------------------------------
+
+
+def test_reference_passes_every_check():
+    progress = []
+    report = run_conformance("reference", SuiteOptions(**SMALL), progress=lambda d, t, label: progress.append((d, t)))
+    assert report.passed, report.summary()
+    assert report.status == PASSED and report.coverage == "full" and report.seed == 0
+    assert [c.name for c in report.checks] == list(CHECKS)
+    assert all(c.status == PASSED for c in report.checks), report.summary()
+    assert report.cases_run >= 20 and report.cases_failed == 0 and report.first_failure is None
+    ran = {c.masked_m for c in report.cases if c.status == PASSED}
+    assert {"ragged", "empty"} <= ran
+    assert progress[-1][0] == progress[-1][1] == len(report.cases)
+    assert report.supports_median_us < 1000
+    # Frozen and JSON-ready.
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.plugin = "x"  # type: ignore[misc]
+    data = json.loads(json.dumps(report.to_dict(), default=str))
+    assert data["status"] == "passed" and data["seed"] == 0 and data["cases_run"] == report.cases_run
+    assert "result: PASSED" in report.summary() and "--seed 0" in report.summary()
+
+
+def test_a_seed_is_drawn_and_reported_when_not_given():
+    report = run_conformance(ReferencePlugin, catalog=False, edge_cases=False, random_cases=1)
+    assert isinstance(report.seed, int) and f"seed {report.seed}" in report.summary()
+    assert report.options.seed == report.seed
+
+
+def test_plugin_that_supports_nothing_here_is_not_exercised():
+    report = run_conformance("triton", catalog=False, random_cases=2, seed=0, device="cpu")
+    assert report.status == NOT_EXERCISED and not report.passed
+    assert "supports none" in report.not_exercised_reason() and "CUDA" in report.not_exercised_reason()
+    with pytest.raises(ConformanceFailure, match="NOT EXERCISED"):
+        report.raise_for_failures()
+
+
+def test_mega_moe_is_covered_only_as_far_as_its_op_module_offers():
+    assert "mega_moe" in OPS
+    report = run_conformance("mega_reference", seed=0, random_cases=2)
+    module = sys.modules["sglang_moe_plugins.ops.mega_moe"]
+    if getattr(module, "conformance", None) is not None:
+        assert report.coverage == "full"
+    elif callable(getattr(module, "cases_for_model", None)):
+        assert report.coverage == "supports-only" and report.cases_run == 0
+        assert report.check("numerics").status == "skipped" and "not exercised" in report.check("numerics").note
+    else:
+        assert report.coverage == "none" and report.status == NOT_EXERCISED
+        assert "not covered by the conformance suite yet" in report.coverage_note
+    assert report.check("contract").status == PASSED
+
+
+# -- the suite on broken plugins: each failure named --------------------------------------------------
+
+BROKEN_EXPECTED = [
+    ("WrongScaleLayoutPlugin", "output_layout", "the host requires"),
+    ("UnwrittenRowPlugin", "rows_written", "still holds the poison"),
+    ("AcceptsThenCrashesPlugin", "run_no_crash", "then run() raised RuntimeError"),
+    ("RaisingSupportsPlugin", "supports_answer", "supports() raised ValueError"),
+    ("FlakySupportsPlugin", "supports_deterministic", "answered"),
+    ("SlowSupportsPlugin", "supports_cheap", "over the 1000 us budget"),
+    ("ModifiesInputPlugin", "inputs_unchanged", "gateup changed"),
+    ("WrongNumericsPlugin", "numerics", "the reference plugin passes this case"),
+    ("OldContractPlugin", "contract", "written for plugin contract version 0"),
+]
+
+
+@pytest.mark.parametrize("cls, check, message", BROKEN_EXPECTED, ids=[b[0] for b in BROKEN_EXPECTED])
+def test_suite_fails_each_broken_plugin_and_names_the_check(cls, check, message):
+    report = run_conformance(f"{BROKEN}:{cls}", SuiteOptions(**SMALL))
+    assert report.status == FAILED
+    assert [c.name for c in report.failed_checks] == [check], report.summary()
+    failure = report.check(check).first_failure
+    assert failure is not None and message in failure.error, failure
+    if check != "contract" and check != "supports_cheap":
+        assert failure.shape.startswith("E=") and failure.case in {c.label for c in report.cases}
+    assert report.first_failure == failure
+    assert f"first failure: [{check}]" in report.summary()
+    with pytest.raises(ConformanceFailure):
+        report.raise_for_failures()
+
+
+class _IdentitySupports(Plugin):
+    """Answers from a cache keyed on the shape object's identity: equal copies get another answer."""
+
+    name = "identity_supports"
+    op = "silu_mul_quant"
+    priority = 1
+
+    def __init__(self):
+        self.seen = set()
+
+    def supports(self, shape, config):
+        if not self.seen or id(shape) in self.seen:
+            self.seen.add(id(shape))
+            return Support.yes("seen")
+        return Support.no("a new object")
+
+    def run(self, inputs, outputs, shape, config):
+        silu_mul_quant_reference(inputs, outputs, shape, config)
+
+
+def test_supports_must_answer_equal_copies_alike():
+    report = run_conformance(_IdentitySupports(), catalog=False, edge_cases=True, random_cases=0, seed=0)
+    assert report.check("supports_deterministic").status == FAILED
+    assert "equal copy" in report.check("supports_deterministic").first_failure.error
+
+
+@pytest.mark.parametrize("field, value", [("random_cases", -1), ("eps", (0,)), ("rows", [128]), ("max_elements", 0),
+                                          ("supports_budget_us", 0), ("seed", "1"), ("models", "Qwen3-30B-A3B")])
+def test_options_are_validated_with_the_allowed_values(field, value):
+    from sglang_moe_plugins import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match=f"invalid argument {field}="):
+        SuiteOptions(**{field: value})
+
+
+def test_load_errors_name_what_is_valid(tmp_path):
+    with pytest.raises(PluginLoadError, match="registered: .*reference"):
+        load_plugin("no_such_plugin")
+    with pytest.raises(PluginLoadError, match="several plugin classes; name one: .*WrongScaleLayoutPlugin"):
+        load_plugin(BROKEN)
+    with pytest.raises(PluginLoadError, match="no attribute 'Nope'"):
+        load_plugin(f"{BROKEN}:Nope")
+    with pytest.raises(PluginLoadError, match="no such file"):
+        load_plugin(str(tmp_path / "missing.py"))
+    single = tmp_path / "single.py"
+    single.write_text(
+        "from sglang_moe_plugins.plugins.reference import ReferencePlugin\n"
+        "class Mine(ReferencePlugin):\n    name = 'mine'\n"
+    )
+    loaded = load_plugin(str(single))
+    assert loaded.plugin.name == "mine" and "single.py" in loaded.origin
+    assert load_plugin("sglang_moe_plugins.plugins.reference:ReferencePlugin").plugin.name == "reference"
+
+
+# -- the pytest plugin --------------------------------------------------------------------------------
+
+
+class _Outcomes:
+    def __init__(self):
+        self.reports = {}
+
+    def pytest_runtest_logreport(self, report):
+        if report.when == "call" or report.outcome != "passed":
+            self.reports[report.nodeid] = report.outcome
+
+
+def test_pytest_plugin_is_opt_in_and_runs_the_suite(tmp_path):
+    test_file = tmp_path / "test_mine.py"
+    test_file.write_text(
+        "import pytest\n"
+        "def test_plain():\n    pass\n"
+        "@pytest.mark.moe_plugin('reference', seed=0, catalog=False, random_cases=1)\n"
+        "def test_marker(moe_plugin_report):\n"
+        "    assert moe_plugin_report.passed and moe_plugin_report.plugin == 'reference'\n"
+        f"def test_fixture(moe_conformance):\n"
+        f"    report = moe_conformance({BROKEN + ':UnwrittenRowPlugin'!r}, seed=0, catalog=False, random_cases=1)\n"
+        "    assert [c.name for c in report.failed_checks] == ['rows_written']\n"
+    )
+    args = ["-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(test_file)]
+    plain = _Outcomes()
+    assert pytest.main(args, plugins=[plain]) == 0
+    assert sorted(plain.reports) == sorted(f"test_mine.py::{n}" for n in ("test_plain", "test_marker", "test_fixture"))
+
+    opted = _Outcomes()
+    target = f"{BROKEN}:WrongScaleLayoutPlugin"
+    code = pytest.main([*args, "--moe-plugin", target, "--moe-plugin-seed", "0", "--moe-plugin-cases", "1"], plugins=[opted])
+    assert code == 1
+    assert opted.reports[f"::moe-plugin-conformance[{target}]"] == "failed"
+    assert sum(outcome == "passed" for outcome in opted.reports.values()) == 3
