@@ -208,7 +208,9 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
             provenance["priority:mega_w4a4"] = f"set by legacy {legacy}=1"
             notes.append(
                 f"legacy {legacy}=1 translated to: priority.mega_w4a4 = {LEGACY_W4A4_PRIORITY} "
-                "(prefer W4A4 MegaMoE; not forwarded to DeepGEMM, whose 0.2.x releases refuse DG_USE_* variables)"
+                "(prefer W4A4 MegaMoE; not forwarded to DeepGEMM, whose 0.2.x releases refuse DG_USE_* variables). "
+                "W4A4 also needs the expert weights built for it (SGLang's --enable-w4a4-mxfp4-megamoe): the variant "
+                "follows the weights, so with W4A8 weights mega_w4a8 still runs"
             )
     return UserConfig(
         strict=strict,

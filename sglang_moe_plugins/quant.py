@@ -10,6 +10,7 @@ import torch
 
 __all__ = [
     "FP8_E4M3_MAX",
+    "FP32_MAX",
     "FP4_E2M1_MAX",
     "ceil_to_ue8m0",
     "ue8m0_exponent",
@@ -26,6 +27,8 @@ __all__ = [
 ]
 
 FP8_E4M3_MAX = 448.0
+#: Largest finite fp32 (what +-Inf counts as in an FP8 group's absmax).
+FP32_MAX = float(torch.finfo(torch.float32).max)
 FP4_E2M1_MAX = 6.0
 _E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
@@ -75,14 +78,22 @@ def quantize_fp8_groups(
     Returns ``(q [R, D] float8_e4m3fn, scale [R, D // group_size] fp32)`` with
     ``scale = max(absmax, floor) / 448`` (rounded up to a power of two with ``ue8m0``) and
     ``q = sat(values * (1 / scale))``, the order of operations the kernels use.
+
+    Non-finite values (docs/reliability.md, "Non-finite values"): NaN is left out of the absmax and
+    quantizes to NaN (that element only); +-Inf counts as +-FLT_MAX in the absmax and saturates to
+    +-448. The scale is therefore always finite and positive, and finite values never give NaN.
     """
     rows, cols = values.shape
     grouped = values.float().reshape(rows, cols // group_size, group_size)
-    absmax = grouped.abs().amax(dim=-1).clamp_min(absmax_floor)
-    scale = absmax / FP8_E4M3_MAX
+    magnitude = grouped.abs()
+    magnitude = torch.where(torch.isnan(magnitude), 0.0, magnitude.clamp(max=FP32_MAX))
+    absmax = magnitude.amax(dim=-1).clamp_min(absmax_floor)
+    # tensor / tensor: on CUDA, torch turns a division by a Python scalar into a multiplication by its
+    # reciprocal, which is not the IEEE quotient the kernels compute
+    scale = absmax / torch.full_like(absmax, FP8_E4M3_MAX)
     if ue8m0:
         scale = ceil_to_ue8m0(scale)
-    inv = 1.0 / scale
+    inv = torch.ones_like(scale) / scale
     scaled = (grouped * inv.unsqueeze(-1)).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX)
     return scaled.reshape(rows, cols).to(torch.float8_e4m3fn), scale
 
@@ -110,8 +121,11 @@ def quantize_e2m1_groups(
     rows, cols = values.shape
     grouped = values.float().reshape(rows, cols // group_size, group_size)
     absmax = grouped.abs().amax(dim=-1).clamp_min(absmax_floor)
-    exponent = ue8m0_exponent(absmax / FP4_E2M1_MAX).clamp(1, 254)
-    inv = 1.0 / ue8m0_from_exponent(exponent)
+    # tensor / tensor: on CUDA, torch turns a division by a Python scalar into a multiplication by
+    # its reciprocal, which is not the IEEE quotient the kernels compute
+    exponent = ue8m0_exponent(absmax / torch.full_like(absmax, FP4_E2M1_MAX)).clamp(1, 254)
+    scale = ue8m0_from_exponent(exponent)
+    inv = torch.ones_like(scale) / scale
     codes = quantize_e2m1(grouped * inv.unsqueeze(-1))
     return codes.reshape(rows, cols), exponent
 

@@ -140,7 +140,7 @@ def register() -> None:
         logger.error("sglang-moe-plugins is NOT active: invalid configuration: %s", exc)
         raise
     for note in selector.registry.config.notes:
-        logger.info("sglang-moe-plugins: %s", note)
+        logger.log(logging.WARNING if note.startswith("legacy") else logging.INFO, "sglang-moe-plugins: %s", note)
     checks = check_targets()
     with _state_lock:
         _last_checks = checks
@@ -234,12 +234,12 @@ def mega_moe_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> An
         return _delegate("mega_moe", "call not modelled by the mega_moe op", original, args, kwargs)
     selector = api.get_selector()
     try:
-        outputs = selector.dispatch("mega_moe", call.inputs, call.shape, call.config)
+        outputs = selector.dispatch("mega_moe", call.inputs, call.shape, call.config, outputs=call.allocate_outputs())
     except NoPluginAvailableError as exc:
         if selector.strict:
             raise
         return _delegate("mega_moe", f"no enabled plugin supports it ({exc.rejections})", original, args, kwargs)
-    return mega_adapter.finish(call, outputs)
+    return call.result(outputs)
 
 
 _HOOKS.update({"silu_mul_quant": silu_mul_quant_hook, "mega_moe": mega_moe_hook})

@@ -1,0 +1,251 @@
+"""This project's MegaMoE pre-dispatch kernels (Triton), one launch per call.
+
+``pre_dispatch(...)`` quantizes bf16 activations ``x [T, H]`` into the symmetric buffer's ``x`` /
+``x_sf`` slots in the format of the variant (FP8 per-32 UE8M0, MXFP4 E2M1 per-32 UE8M0, FP8
+per-128 fp32), copies ``topk_idx`` (int64) and ``topk_weights * routed_scaling_factor`` (fp32),
+fills rows ``[T, P)`` with ``(-1, 0)``, and optionally writes the fused shared expert's paged scale
+copy, bit for bit as :func:`sglang_moe_plugins.ops.mega_moe_numerics.pre_dispatch_reference`
+(which matches SGLang's JIT kernel for FP8 and sgl-deep-gemm's kernels and torch references).
+
+Scheduling: a 1-D grid; programs ``[0, n_quant)`` each take ``BT`` tokens x ``BC`` columns (whole
+scale groups) and, in the first column block, the tokens' top-k rows; the remaining programs fill
+the padding rows. Divisions that decide a scale use IEEE rounding (``div_rn``), as the references do.
+
+Triton is imported on first use only.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["PreDispatchTiling", "choose_tiling", "pre_dispatch", "FORMAT_CODES"]
+
+#: variant -> (format code used by the kernel, group size, absmax floor)
+FORMAT_CODES = {"fp8xfp4": (0, 32, 1e-10), "mxf4xmxf4": (1, 32, 1e-4), "sm90_fp8": (2, 128, 1e-10)}
+_PAD_BLOCK = 1024
+
+
+@dataclass(frozen=True)
+class PreDispatchTiling:
+    block_tokens: int
+    block_cols: int
+    num_warps: int
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def choose_tiling(num_tokens: int, hidden: int, group_size: int, *, packed_fp4: bool = False) -> PreDispatchTiling:
+    """Tile sizes from the H200 sweep in ``benchmarks/results/mega_pre_dispatch_h200.json``: up to 1024
+    columns (whole groups) and 4 warps per program; rows per program 4 at large batches; at small ones
+    2 for FP8 (T=64, H=7168: 1.65 us vs 1.73 with 1 row) and 1 for MXFP4 (1.77 us vs 1.93 with 2)."""
+    block_cols = max(group_size, min(1024, _next_pow2(hidden)))
+    if num_tokens >= 256:
+        block_tokens = 4
+    elif packed_fp4 or num_tokens <= 1:
+        block_tokens = 1
+    else:
+        block_tokens = 2
+    return PreDispatchTiling(block_tokens, block_cols, 4)
+
+
+@functools.lru_cache(maxsize=1)
+def _pdl_launch_supported() -> bool:
+    """Whether this Triton can launch with programmatic dependent launch (``launch_pdl``)."""
+    try:
+        import dataclasses
+
+        from triton.backends.nvidia.compiler import CUDAOptions
+
+        return "launch_pdl" in {f.name for f in dataclasses.fields(CUDAOptions)}
+    except Exception:  # noqa: BLE001 - an older or different Triton: launch normally
+        return False
+
+
+def _use_pdl(device: torch.device) -> bool:
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9 and _pdl_launch_supported()
+
+
+@functools.lru_cache(maxsize=1)
+def _kernel() -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def mega_pre_dispatch_kernel(
+        x_ptr, stride_xt,
+        ids_ptr, stride_it, w_ptr, stride_wt,
+        bx_ptr, row_bytes,
+        sf_ptr, sf_row_stride,
+        bidx_ptr, bw_ptr,
+        ssf_ptr, ssf_col_stride, shared_block_m,
+        T, H, P, n_quant, n_cb, rsf,
+        K: tl.constexpr, KP: tl.constexpr,
+        FMT: tl.constexpr, GS: tl.constexpr, FLOOR: tl.constexpr,
+        BT: tl.constexpr, BC: tl.constexpr, PAD: tl.constexpr,
+        WRITE_SHARED: tl.constexpr, COPY_TOPK: tl.constexpr, PDL: tl.constexpr,
+    ):
+        pid = tl.program_id(0)
+        if PDL:  # wait for the producer grid (a no-op without programmatic dependent launch)
+            tl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+        if pid < n_quant:
+            tb = pid // n_cb
+            cb = pid % n_cb
+            NG: tl.constexpr = BC // GS
+            rows = (tb * BT + tl.arange(0, BT)).to(tl.int64)
+            cols = cb * BC + tl.arange(0, BC)
+            rmask = rows < T
+            cmask = cols < H
+            mask = rmask[:, None] & cmask[None, :]
+            x = tl.load(x_ptr + rows[:, None] * stride_xt + cols[None, :], mask=mask, other=0.0,
+                        eviction_policy="evict_first").to(tl.float32)
+            xg = tl.reshape(x, (BT, NG, GS))
+            amax = tl.maximum(tl.max(tl.abs(xg), axis=2), FLOOR)
+            gcols = cb * NG + tl.arange(0, NG)
+            gmask = rmask[:, None] & (gcols[None, :] * GS < H)
+            if FMT == 2:
+                scale = tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
+                inv = tl.math.div_rn(tl.full(amax.shape, 1.0, tl.float32), scale)
+                tl.store(sf_ptr + rows[:, None] * sf_row_stride + gcols[None, :], scale, mask=gmask)
+            else:
+                if FMT == 1:
+                    raw = tl.math.div_rn(amax, tl.full(amax.shape, 6.0, tl.float32))
+                else:
+                    raw = tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
+                bits = raw.to(tl.int32, bitcast=True)
+                e = ((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0).to(tl.int32)
+                if FMT == 1:
+                    e = tl.minimum(tl.maximum(e, 1), 254)
+                inv = ((254 - e) << 23).to(tl.float32, bitcast=True)
+                ebytes = e.to(tl.uint8)
+                sf_bytes = sf_ptr.to(tl.pointer_type(tl.uint8))
+                tl.store(sf_bytes + rows[:, None] * sf_row_stride + gcols[None, :], ebytes, mask=gmask)
+                if WRITE_SHARED:
+                    m = rows % shared_block_m
+                    page = (shared_block_m + 127) // 128 * 128
+                    srow = rows // shared_block_m * page + m // 128 * 128 + (m % 32) * 4 + (m % 128) // 32
+                    ssf_bytes = ssf_ptr.to(tl.pointer_type(tl.uint8))
+                    soff = (srow[:, None] + (gcols[None, :] // 4).to(tl.int64) * ssf_col_stride) * 4 + gcols[None, :] % 4
+                    tl.store(ssf_bytes + soff, ebytes, mask=gmask)
+            y = xg * inv[:, :, None]
+            if FMT == 1:
+                # E2M1 round-to-nearest-even (= sgl-deep-gemm's bucketize) without a compare chain: below 1
+                # add 1.0 so that the 0.5 quantum becomes mantissa bit 22, round fp32 bits to one mantissa
+                # bit, read the code off exponent and that bit. Exact for bf16 inputs scaled by 2^-e (no bits
+                # below 2^-23 near a midpoint). |y| is clamped to 6 (saturation, as bucketize's last bin).
+                q = tl.minimum(tl.abs(y), 6.0)
+                small = q < 1.0
+                qb = tl.where(small, q + 1.0, q).to(tl.int32, bitcast=True)
+                r = qb + 0x1FFFFF + ((qb >> 22) & 1)
+                c = (r >> 22) - tl.where(small, 254, 252)
+                sign8 = (y.to(tl.int32, bitcast=True) >> 28) & 8  # bit 31 of y moved to bit 3
+                c = c | ((c + 7) & sign8)  # the sign only on non-zero codes
+                # eight codes per 32-bit word, code j in bits 4j..4j+3: byte b = col 2b (low) | col 2b+1 (high)
+                c8 = tl.reshape(c, (BT, BC // 8, 8))
+                shifts = (tl.arange(0, 8) * 4)[None, None, :]
+                words = tl.sum(c8 << shifts, axis=2)
+                wcols = cb * (BC // 8) + tl.arange(0, BC // 8)
+                wmask = rmask[:, None] & (wcols[None, :] * 8 < H)
+                bx = bx_ptr.to(tl.pointer_type(tl.int32))
+                tl.store(bx + rows[:, None] * (row_bytes // 4) + wcols[None, :], words, mask=wmask)
+            else:
+                if FMT == 2:  # x / (absmax / 448) can exceed 448 by an ulp; UE8M0 scaling cannot
+                    y = tl.minimum(tl.maximum(y, -448.0), 448.0)
+                q = tl.reshape(y, (BT, BC)).to(tl.float8e4nv)
+                bx = bx_ptr.to(tl.pointer_type(tl.float8e4nv))
+                tl.store(bx + rows[:, None] * row_bytes + cols[None, :], q, mask=mask)
+            if COPY_TOPK:
+                if cb == 0:
+                    ks = tl.arange(0, KP)
+                    kmask = rmask[:, None] & (ks[None, :] < K)
+                    ids = tl.load(ids_ptr + rows[:, None] * stride_it + ks[None, :], mask=kmask, other=0)
+                    wts = tl.load(w_ptr + rows[:, None] * stride_wt + ks[None, :], mask=kmask, other=0.0).to(tl.float32)
+                    tl.store(bidx_ptr + rows[:, None] * K + ks[None, :], ids.to(tl.int64), mask=kmask)
+                    tl.store(bw_ptr + rows[:, None] * K + ks[None, :], wts * rsf, mask=kmask)
+        else:
+            slots = (T * K + (pid - n_quant) * PAD + tl.arange(0, PAD)).to(tl.int64)
+            smask = slots < P * K
+            tl.store(bidx_ptr + slots, tl.full((PAD,), -1, tl.int64), mask=smask)
+            tl.store(bw_ptr + slots, tl.zeros((PAD,), tl.float32), mask=smask)
+        if PDL:  # let the consumer grid launch; it waits for our completion before reading
+            tl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+
+    return mega_pre_dispatch_kernel
+
+
+def pre_dispatch(
+    x: torch.Tensor,
+    topk_ids: torch.Tensor | None,
+    topk_weights: torch.Tensor | None,
+    buf_x: torch.Tensor,
+    buf_x_sf: torch.Tensor,
+    buf_topk_idx: torch.Tensor,
+    buf_topk_weights: torch.Tensor,
+    *,
+    variant: str,
+    routed_scaling_factor: float = 1.0,
+    shared_x_sf: torch.Tensor | None = None,
+    shared_block_m: int = 0,
+    tiling: PreDispatchTiling | None = None,
+    pdl: bool | None = None,
+) -> None:
+    """Launch the pre-dispatch for ``variant`` (``fp8xfp4`` | ``mxf4xmxf4`` | ``sm90_fp8``).
+
+    ``buf_x``: contiguous, >= ``P * H`` bytes (FP8) or ``P * H / 2`` bytes (E2M1), any dtype;
+    ``buf_x_sf``: int32 ``[P, G/4]`` with unit last stride (UE8M0 formats) or fp32 ``[P, G]``;
+    ``buf_topk_idx`` int64 / ``buf_topk_weights`` fp32 ``[P, K]`` contiguous; ``x`` bf16 with unit
+    column stride; ``topk_ids`` integer and ``topk_weights`` floating ``[T, K]`` (None if T == 0).
+    ``pdl``: launch with programmatic dependent launch (default: on sm90+ when Triton supports it; the
+    kernel waits for the previous grid before touching memory, as SGLang's JIT kernel does).
+    """
+    fmt, group_size, floor = FORMAT_CODES[variant]
+    num_tokens, hidden = x.shape
+    padded_max, top_k = buf_topk_idx.shape
+    if num_tokens > padded_max:
+        raise ValueError(f"num_tokens={num_tokens} exceeds the buffer's {padded_max} rows")
+    if hidden % group_size:
+        raise ValueError(f"hidden={hidden} is not a multiple of group_size={group_size}")
+    if not (buf_x.is_contiguous() and buf_topk_idx.is_contiguous() and buf_topk_weights.is_contiguous()):
+        raise ValueError("buf_x, buf_topk_idx and buf_topk_weights must be contiguous")
+    if buf_x_sf.stride(-1) != 1:
+        raise ValueError("buf_x_sf must have unit stride along its last dimension")
+    if shared_x_sf is not None and fmt != 0:
+        raise ValueError("shared_x_sf is only written for fp8xfp4")
+    if num_tokens == 0:  # no quantize programs run: hand the kernel valid (unused) pointers
+        x, topk_ids, topk_weights = buf_topk_weights, buf_topk_idx, buf_topk_weights
+    tiling = tiling or choose_tiling(num_tokens, hidden, group_size, packed_fp4=fmt == 1)
+    n_cb = -(-hidden // tiling.block_cols)
+    n_quant = -(-num_tokens // tiling.block_tokens) * n_cb
+    n_pad = -(-(padded_max - num_tokens) * top_k // _PAD_BLOCK)
+    grid = (n_quant + n_pad,)
+    if grid[0] == 0:
+        return
+    if fmt == 2:
+        sf_arg, sf_row_stride = buf_x_sf, buf_x_sf.stride(0)
+    else:
+        sf_arg, sf_row_stride = buf_x_sf, buf_x_sf.stride(0) * buf_x_sf.element_size()
+    row_bytes = hidden // 2 if fmt == 1 else hidden
+    write_shared = shared_x_sf is not None and num_tokens > 0
+    use_pdl = _use_pdl(x.device) if pdl is None else bool(pdl)
+    launch_options = {"launch_pdl": True} if use_pdl and _pdl_launch_supported() else {}
+    _kernel()[grid](
+        x, x.stride(0),
+        topk_ids, topk_ids.stride(0), topk_weights, topk_weights.stride(0),
+        buf_x, row_bytes,
+        sf_arg, sf_row_stride,
+        buf_topk_idx, buf_topk_weights,
+        shared_x_sf if write_shared else buf_x_sf, shared_x_sf.stride(1) if write_shared else 0, max(int(shared_block_m), 1),
+        num_tokens, hidden, padded_max, n_quant, n_cb, float(routed_scaling_factor),
+        K=top_k, KP=_next_pow2(top_k), FMT=fmt, GS=group_size, FLOOR=floor,
+        BT=tiling.block_tokens, BC=tiling.block_cols, PAD=_PAD_BLOCK,
+        WRITE_SHARED=write_shared, COPY_TOPK=True, PDL=use_pdl,
+        num_warps=tiling.num_warps, **launch_options,
+    )

@@ -1,0 +1,140 @@
+"""integrations.mega_adapter: which run_mega_routed_experts calls the op models, and how."""
+
+from __future__ import annotations
+
+import inspect
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from _mega_cases import make_problem
+from sglang_moe_plugins.errors import InvalidArgumentError, OutputValidationError
+from sglang_moe_plugins.integrations import mega_adapter as ma
+from sglang_moe_plugins.ops import mega_moe as mm
+
+
+def _experts(problem, **flags) -> SimpleNamespace:
+    base = dict(
+        _mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=problem.config.variant == "mxf4xmxf4",
+        _mega_moe_sm90_fp8_weights=problem.config.variant == "sm90_fp8",
+        num_experts=problem.shape.num_experts, moe_ep_size=1,
+        mega_l1_weights=problem.inputs.l1_weights, mega_l2_weights=problem.inputs.l2_weights,
+    )
+    base.update(flags)
+    return SimpleNamespace(**base)
+
+
+def _kwargs(problem, **over):
+    s, c = problem.shape, problem.config
+    kw = dict(hidden_size=s.hidden, intermediate_size=s.intermediate, top_k=s.top_k, num_tokens=problem.inputs.num_tokens,
+              activation_clamp=c.activation_clamp, routed_scaling_factor=c.routed_scaling_factor, activation="swiglu",
+              num_shared_experts=s.num_shared_experts, shared_l1_weights=problem.inputs.shared_l1_weights,
+              shared_l2_weights=problem.inputs.shared_l2_weights, routing_in_buffer=False)
+    kw.update(over)
+    return kw
+
+
+def _call(problem, experts=None, **over):
+    i = problem.inputs
+    return ma.build_call(experts or _experts(problem), i.hidden_states, i.topk_ids, i.topk_weights, **_kwargs(problem, **over))
+
+
+def test_known_kwargs_are_the_host_functions_keyword_parameters() -> None:
+    host = pytest.importorskip("sglang.srt.layers.moe.mega_moe", reason="sglang==0.5.23 installed")
+    params = inspect.signature(host.run_mega_routed_experts).parameters
+    positional = [n for n, p in params.items() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    keyword = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert positional == ["experts", "hidden_states", "topk_ids", "topk_weights"]
+    assert keyword == set(ma.KNOWN_KWARGS)
+    assert {n for n in keyword if params[n].default is inspect.Parameter.empty} == set(ma.REQUIRED_KWARGS)
+    assert ma.HOST_FUNCTION == f"{host.__name__}.run_mega_routed_experts"
+
+
+@pytest.mark.parametrize("variant", ["fp8xfp4", "mxf4xmxf4", "sm90_fp8"])
+def test_build_call_models_the_variant(variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK", "1024")
+    problem = make_problem(variant, rsf=2.5, shared=variant == "fp8xfp4", seed=41)
+    call = _call(problem)
+    assert isinstance(call, ma.MegaCall)
+    assert call.config.variant == variant and call.config.routed_scaling_factor == 2.5
+    assert call.shape == mm.MegaMoEShape(problem.shape.num_experts, problem.shape.hidden, problem.shape.intermediate,
+                                         problem.shape.top_k, problem.shape.num_shared_experts, 1, 1024)
+    assert call.inputs.l1_weights[0] is problem.inputs.l1_weights[0]
+    assert callable(call.inputs.ep_group)  # resolved lazily from SGLang's runtime context
+    outputs = call.allocate_outputs()
+    assert outputs.y.shape == (problem.inputs.num_tokens, problem.shape.hidden)
+    assert call.result(outputs).data_ptr() == outputs.y.data_ptr()
+
+
+def test_zero_tokens_allocates_one_row_and_returns_none() -> None:
+    problem = make_problem("fp8xfp4", tokens=0, seed=42)
+    i = problem.inputs
+    call = ma.build_call(_experts(problem), i.hidden_states, None, None, **_kwargs(problem))
+    outputs = call.allocate_outputs()
+    assert outputs.y.shape == (1, problem.shape.hidden) and call.result(outputs).shape == (0, problem.shape.hidden)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"routing_in_buffer": True},
+        {"activation": "swigluoai"},
+        {"brand_new_argument": 1},
+        {"num_tokens": 3},  # disagrees with hidden_states
+    ],
+)
+def test_calls_left_to_the_host(change: dict) -> None:
+    problem = make_problem("fp8xfp4", seed=43)
+    assert _call(problem, **change) is None
+
+
+@pytest.mark.parametrize("flags", [{"_mega_moe_nvfp4": True}, {"_mega_moe_weights_built": False}, {"num_experts": 6}])
+def test_experts_left_to_the_host(flags: dict) -> None:
+    problem = make_problem("fp8xfp4", seed=44)
+    assert _call(problem, experts=_experts(problem, **flags)) is None
+
+
+def test_missing_required_kwarg_and_token_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = make_problem("fp8xfp4", seed=45)
+    i = problem.inputs
+    kwargs = _kwargs(problem)
+    del kwargs["top_k"]
+    assert ma.build_call(_experts(problem), i.hidden_states, i.topk_ids, i.topk_weights, **kwargs) is None
+    monkeypatch.setenv("SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK", str(i.num_tokens - 1))
+    assert _call(problem) is None  # the host asserts with its own message
+
+
+def test_variant_of() -> None:
+    assert ma.variant_of(SimpleNamespace()) == "fp8xfp4"
+    assert ma.variant_of(SimpleNamespace(_mega_moe_w4a4=True)) == "mxf4xmxf4"
+    assert ma.variant_of(SimpleNamespace(_mega_moe_sm90_fp8_weights=True, _mega_moe_w4a4=False)) == "sm90_fp8"
+    assert ma.variant_of(SimpleNamespace(_mega_moe_nvfp4=True)) is None
+
+
+def test_describe_errors_name_argument_and_allowed() -> None:
+    problem = make_problem("fp8xfp4", seed=46)
+    i = problem.inputs
+    common = dict(l1_weights=i.l1_weights, l2_weights=i.l2_weights, num_experts=problem.shape.num_experts,
+                  hidden_size=problem.shape.hidden, intermediate_size=problem.shape.intermediate, top_k=problem.shape.top_k)
+    with pytest.raises(InvalidArgumentError, match=r"variant='nvfp4xnvfp4'.*one of \('fp8xfp4'"):
+        mm.describe(i.hidden_states, i.topk_ids, i.topk_weights, variant="nvfp4xnvfp4", **common)
+    with pytest.raises(InvalidArgumentError, match=r"hidden_states.dtype=torch.float16; allowed: torch.bfloat16"):
+        mm.describe(i.hidden_states.half(), i.topk_ids, i.topk_weights, variant="fp8xfp4", **common)
+    with pytest.raises(InvalidArgumentError, match=r"topk_ids.shape=\(12, 2\)"):
+        mm.describe(i.hidden_states, i.topk_ids[:, :2], i.topk_weights, variant="fp8xfp4", **common)
+    with pytest.raises(InvalidArgumentError, match=r"activation_clamp=-1.0"):
+        mm.describe(i.hidden_states, i.topk_ids, i.topk_weights, variant="fp8xfp4", activation_clamp=-1.0, **common)
+    with pytest.raises(InvalidArgumentError, match=r"l1_weights\[0\].shape=.*for fp4_e2m1_ue8m0_g32 weights of 2 local experts"):
+        mm.describe(i.hidden_states, i.topk_ids, i.topk_weights, variant="fp8xfp4", ep_size=2, **dict(common, num_experts=4))
+    with pytest.raises(InvalidArgumentError, match="num_tokens"):
+        mm.allocate_outputs(problem.shape, problem.config, torch.device("cpu"))
+
+
+def test_validate_outputs() -> None:
+    problem = make_problem("fp8xfp4", seed=47)
+    good = mm.allocate_outputs(problem.shape, problem.config, torch.device("cpu"), num_tokens=5)
+    mm.validate_outputs(good, problem.shape, problem.config, "x")
+    for bad in (mm.MegaMoEOutputs(good.y.float()), mm.MegaMoEOutputs(good.y[:, :-1]), mm.MegaMoEOutputs(good.y.t())):
+        with pytest.raises(OutputValidationError, match="plugin 'x'"):
+            mm.validate_outputs(bad, problem.shape, problem.config, "x")
