@@ -1,0 +1,110 @@
+"""``triton``: this project's own Triton kernel for ``silu_mul_quant``.
+
+Every shape the op allows (any E, any N, any D that is a multiple of the group size, groups of
+16 to 256), ragged ``masked_m`` with empty experts, ``swiglu_limit``, the gran-8 swizzled input,
+and all three scale layouts. One launch per call, no host sync, CUDA-graph capturable; one
+compiled kernel per shape family (E, D, group size, layout, flags), whatever N and ``masked_m``.
+
+Importing this module imports neither Triton nor the kernel: both load on the first ``run``.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import MappingProxyType
+
+from ..contract import Plugin, Support
+from ..hardware import Platform, triton_available
+from ..ops.silu_mul_quant import (
+    GROUP_SIZES,
+    OP,
+    SiluMulQuantConfig,
+    SiluMulQuantInputs,
+    SiluMulQuantOutputs,
+    SiluMulQuantShape,
+)
+
+__all__ = ["TritonPlugin", "MIN_SM"]
+
+#: The FP8 e4m3 conversion the kernel relies on (``cvt.rn.satfinite.e4m3x2.f32``) needs sm89+.
+MIN_SM = 89
+_MAX_INT32 = 2**31 - 1
+
+
+@functools.lru_cache(maxsize=64)
+def _bf16_limit(limit: float) -> float:
+    from ..quant import round_to_bf16
+
+    return round_to_bf16(limit)
+
+
+class TritonPlugin(Plugin):
+    name = "triton"
+    op = OP
+    # Set from benchmarks/results/silu_mul_quant_2026-11-30_NVIDIA-H200.md (docs/triton-kernel.md):
+    # on the shapes SGLang's JIT kernel supports the two are at parity (geomean 0.99x, JIT ahead on
+    # some), so jit_ep (100) stays first; on every other shape this kernel is the fastest path with
+    # the op's numerics, ahead of fp8_fallback (50).
+    priority = 90
+    description = "Triton kernel: every shape, swiglu_limit, swizzle, fp32/UE8M0 scales; persistent, no host sync"
+    #: ``pdl``: launch with programmatic dependent launch on sm90+ (the kernel reads ``masked_m``
+    #: before waiting for the previous kernel in the stream, as SGLang's JIT kernel does; set it to
+    #: false when the kernel right before this op may still be writing ``masked_m``).
+    options = MappingProxyType({"pdl": True})
+
+    def available(self, platform: Platform) -> Support:
+        if not platform.is_cuda:
+            return Support.no(f"needs a CUDA device; this call runs on {platform.describe()}")
+        if platform.sm is not None and platform.sm < MIN_SM:
+            return Support.no(
+                f"needs sm{MIN_SM}+ for the FP8 e4m3 conversion; the device is sm{platform.sm}"
+            )
+        if not triton_available():
+            return Support.no("the 'triton' package is not importable in this environment")
+        return Support.yes(f"Triton on {platform.describe()}")
+
+    def supports(self, shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> Support:
+        here = self.available(config.platform)
+        if not here:
+            return here
+        gs = shape.group_size
+        if gs not in GROUP_SIZES:
+            return Support.no(f"group_size {gs} is not one of {GROUP_SIZES}")
+        if shape.hidden <= 0 or shape.hidden % gs != 0:
+            return Support.no(f"D ({shape.hidden}) is not a positive multiple of group_size ({gs})")
+        if shape.max_rows > _MAX_INT32:
+            return Support.no(f"N ({shape.max_rows}) exceeds the kernel's int32 row index ({_MAX_INT32})")
+        if shape.num_experts * shape.max_rows > _MAX_INT32:
+            return Support.no(
+                f"E * N ({shape.num_experts * shape.max_rows}) rows exceed the kernel's int32 tile count"
+            )
+        return Support.yes(
+            f"Triton kernel handles {shape.describe()} with {config.scale_layout} scales"
+            + (", swiglu_limit" if config.swiglu_limit is not None else "")
+            + (", swizzle" if config.swizzle else "")
+        )
+
+    def run(
+        self,
+        inputs: SiluMulQuantInputs,
+        outputs: SiluMulQuantOutputs,
+        shape: SiluMulQuantShape,
+        config: SiluMulQuantConfig,
+    ) -> None:
+        from . import _triton_silu_mul_quant as kernel
+
+        limit = None if config.swiglu_limit is None else _bf16_limit(float(config.swiglu_limit))
+        kernel.launch(
+            inputs.gateup,
+            inputs.masked_m,
+            outputs.out,
+            outputs.scale,
+            group_size=shape.group_size,
+            swiglu_limit=limit,
+            swizzle=config.swizzle,
+            ue8m0=config.scale_ue8m0,
+            config=kernel.choose_config(
+                shape.num_experts, shape.max_rows, shape.hidden, shape.group_size, shape.topk
+            ),
+            pdl=bool(self.options.get("pdl", True)),
+        )

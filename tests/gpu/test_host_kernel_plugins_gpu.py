@@ -1,0 +1,131 @@
+"""Issue 3 on the GPU: ``jit_ep`` and ``fp8_fallback`` run SGLang 0.5.23's own CUDA kernels (built from
+the sglang wheel's JIT sources through tvm-ffi, ``benchmarks/sglang_jit.py``) through the plugins' own
+argument and layout handling, against the ``reference`` plugin, for every catalog shape they support.
+
+Skipped without CUDA, tvm-ffi or the JIT sources. Run on the GPU machine from the repository root:
+``SGL_JIT_ROOT=.device/sgl_jit/sglang/kernels/jit PYTHONPATH=.:/tmp/site python -m pytest -q tests/gpu``.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():  # pragma: no cover - depends on the machine
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+pytest.importorskip("tvm_ffi")
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+JIT_ROOT = pathlib.Path(os.environ.get("SGL_JIT_ROOT", ROOT / ".device/sgl_jit/sglang/kernels/jit"))
+if not (JIT_ROOT / "csrc").is_dir():  # pragma: no cover
+    pytest.skip(f"SGLang JIT sources not found at {JIT_ROOT}", allow_module_level=True)
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from sglang_jit import SglangJit  # noqa: E402
+
+from sglang_moe_plugins.catalog import load_catalog  # noqa: E402
+from sglang_moe_plugins.hardware import platform_of  # noqa: E402
+from sglang_moe_plugins.host_kernels import use_host_kernels  # noqa: E402
+from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
+from sglang_moe_plugins.plugins.fp8_fallback import Fp8FallbackPlugin  # noqa: E402
+from sglang_moe_plugins.plugins.jit_ep import JitEpPlugin  # noqa: E402
+from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def host_kernels():
+    jit = SglangJit(JIT_ROOT, "/tmp/sgl_jit_build", prebuilt_root=ROOT / ".device/sgl_prebuilt")
+    with use_host_kernels(jit.host_kernels()) as kernels:
+        yield kernels
+    print("\n".join(jit.log))
+
+
+def _cases():
+    seen = set()
+    for model in load_catalog():
+        if model.gpt_oss_activation:
+            continue
+        for ep in (1, 2, 4, 8):
+            if model.experts % ep:
+                continue
+            e, d = model.experts // ep, model.inter
+            for n in (64, 6):
+                for limit in (None, 10.0):
+                    for layout in ("row_major", "column_major", "ue8m0_packed"):
+                        key = (e, n, d, model.topk, limit, layout)
+                        if key not in seen:
+                            seen.add(key)
+                            yield pytest.param(key, id=f"{model.short_name}-EP{ep}-N{n}-{'lim' if limit else 'silu'}-{layout}")
+
+
+def _run(plugin, key, seed):
+    e, n, d, topk, limit, layout = key
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(e, n, 2 * d, device="cuda", generator=gen)
+    x *= torch.exp2(torch.randint(-6, 7, (e, n, 1), device="cuda", generator=gen).float())
+    gateup = x.to(torch.bfloat16)
+    masked = torch.randint(0, n + 1, (e,), device="cuda", generator=gen, dtype=torch.int32)
+    masked[0] = n
+    if e > 1:
+        masked[1] = 0
+    # the host guarantees sum(masked_m) <= N * topk (the DSV4 kernel writes no more rows)
+    while int(masked.sum()) > n * topk:
+        masked = masked // 2
+    shape, config = smq.describe(gateup, masked, group_size=128, topk=topk, swiglu_limit=limit, scale_layout=layout)
+    support = plugin.supports(shape, config)
+    if not support:
+        pytest.skip(f"{plugin.name}: {support.reason}")
+    inputs = smq.SiluMulQuantInputs(gateup.clone(), masked)
+    outputs = smq.allocate_outputs(shape, config, gateup.device)
+    outputs.out.view(torch.uint8).fill_(0x7F)
+    outputs.scale.fill_(-1 if config.scale_ue8m0 else float("nan"))
+    plugin.run(inputs, outputs, shape, config)
+    torch.cuda.synchronize()
+    smq.validate_outputs(outputs, shape, config, plugin.name)
+    ref = smq.allocate_outputs(shape, config, gateup.device)
+    silu_mul_quant_reference(smq.SiluMulQuantInputs(gateup, masked), ref, shape, config)
+    real = smq.real_rows(masked, n)
+    return outputs, ref, real, shape, config
+
+
+def _fp8_steps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Distance in representable fp8 values (same sign ordering as uint8 codes)."""
+    ia, ib = a.view(torch.uint8).to(torch.int32), b.view(torch.uint8).to(torch.int32)
+    sa = torch.where(ia >= 128, -(ia - 128), ia)
+    sb = torch.where(ib >= 128, -(ib - 128), ib)
+    return (sa - sb).abs()
+
+
+@pytest.mark.parametrize("key", list(_cases()))
+def test_jit_ep_matches_reference(host_kernels, key):
+    outputs, ref, real, shape, config = _run(JitEpPlugin(), key, seed=hash(key) % 1000)
+    assert platform_of(outputs.out).is_cuda
+    assert not torch.isnan(outputs.out[real].float()).any(), "a real row was not written"
+    got_s = smq.scale_to_float(outputs.scale, shape, config)[real]
+    ref_s = smq.scale_to_float(ref.scale, shape, config)[real]
+    if config.scale_ue8m0:
+        assert torch.equal(got_s, ref_s)
+    else:
+        torch.testing.assert_close(got_s, ref_s, rtol=1e-6, atol=0)
+    steps = _fp8_steps(outputs.out[real], ref.out[real])
+    assert steps.max().item() <= 1
+    assert (steps == 0).float().mean().item() >= 0.999
+
+
+@pytest.mark.parametrize("key", list(_cases()))
+def test_fp8_fallback_matches_reference(host_kernels, key):
+    """SGLang's legacy mode rounds SiLU to bf16 before the product: checked with the looser documented bound."""
+    outputs, ref, real, shape, config = _run(Fp8FallbackPlugin(), key, seed=hash(key) % 1000 + 1)
+    assert not torch.isnan(outputs.out[real].float()).any(), "a real row was not written"
+    got = smq.dequantize(outputs, shape, config)[real]
+    want = smq.dequantize(ref, shape, config)[real]
+    rel = ((got - want).norm() / want.norm()).item()
+    assert rel < 3e-2, f"relative error {rel:.3e}"
+    got_s = smq.scale_to_float(outputs.scale, shape, config)[real]
+    ref_s = smq.scale_to_float(ref.scale, shape, config)[real]
+    torch.testing.assert_close(got_s, ref_s, rtol=1e-2 if not config.scale_ue8m0 else 1.0, atol=0)

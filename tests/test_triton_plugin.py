@@ -1,0 +1,275 @@
+"""CPU tests of the ``triton`` plugin: import hygiene, ``available``/``supports`` reasons, and the
+kernel's indexing logic under Triton's CPU interpreter (``TRITON_INTERPRET=1``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from sglang_moe_plugins.hardware import Platform
+from sglang_moe_plugins.ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantShape
+from sglang_moe_plugins.plugins import triton as triton_plugin_module
+from sglang_moe_plugins.plugins.triton import TritonPlugin
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+H200 = Platform.cuda(9, 0)
+
+
+def _run_python(code: str, env: dict | None = None, timeout: int = 120) -> str:
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+# ------------------------------------------------------------------------------ import hygiene
+def test_import_does_not_import_triton_or_touch_cuda():
+    out = _run_python(
+        """
+        import sys, json, torch
+        import sglang_moe_plugins.plugins.triton as t
+        plugin = t.TritonPlugin()
+        print(json.dumps({
+            "triton": "triton" in sys.modules,
+            "kernel": "sglang_moe_plugins.plugins._triton_silu_mul_quant" in sys.modules,
+            "cuda_init": torch.cuda.is_initialized(),
+        }))
+        """
+    )
+    assert json.loads(out.strip().splitlines()[-1]) == {"triton": False, "kernel": False, "cuda_init": False}
+
+
+def test_import_and_answers_without_triton_installed():
+    out = _run_python(
+        """
+        import sys
+        sys.modules["triton"] = None  # import triton -> ImportError; find_spec -> None
+        import sglang_moe_plugins.plugins.triton as t
+        from sglang_moe_plugins.hardware import Platform
+        from sglang_moe_plugins.ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantShape
+        p = t.TritonPlugin()
+        a = p.available(Platform.cuda(9, 0))
+        s = p.supports(SiluMulQuantShape(32, 64, 2048, 128, 8), SiluMulQuantConfig(Platform.cuda(9, 0)))
+        print(bool(a), a.reason)
+        print(bool(s), s.reason)
+        """
+    )
+    lines = out.strip().splitlines()
+    assert lines[-2].startswith("False") and "triton" in lines[-2]
+    assert lines[-1].startswith("False") and "triton" in lines[-1]
+
+
+# ---------------------------------------------------------------------- available / supports
+def test_plugin_identity():
+    plugin = TritonPlugin()
+    assert plugin.name == "triton"
+    assert plugin.op == "silu_mul_quant"
+    assert isinstance(plugin.priority, int)
+    assert plugin.description
+
+
+@pytest.mark.parametrize(
+    "platform, ok, words",
+    [
+        (Platform.cpu(), False, ["CUDA", "cpu"]),
+        (Platform.cuda(8, 0), False, ["sm89", "sm80"]),
+        (Platform.cuda(8, 9), True, ["sm89"]),
+        (H200, True, ["sm90"]),
+        (Platform.cuda(10, 0), True, ["sm100"]),
+    ],
+)
+def test_available_reasons(monkeypatch, platform, ok, words):
+    monkeypatch.setattr(triton_plugin_module, "triton_available", lambda: True)
+    answer = TritonPlugin().available(platform)
+    assert bool(answer) is ok
+    for word in words:
+        assert word in answer.reason
+
+
+def test_available_without_triton(monkeypatch):
+    monkeypatch.setattr(triton_plugin_module, "triton_available", lambda: False)
+    answer = TritonPlugin().available(H200)
+    assert not answer and "triton" in answer.reason
+
+
+@pytest.fixture()
+def with_triton(monkeypatch):
+    monkeypatch.setattr(triton_plugin_module, "triton_available", lambda: True)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        SiluMulQuantShape(32, 1024, 2048, 128, 6),  # DSV4-Flash EP8
+        SiluMulQuantShape(128, 1024, 768, 128, 8),  # Qwen3-30B-A3B: JIT rejects (D // 8 < E)
+        SiluMulQuantShape(512, 256, 512, 128, 10),  # Qwen3-Next: E > 256
+        SiluMulQuantShape(8, 4096, 14336, 128, 2),  # Mixtral: D > 8192
+        SiluMulQuantShape(3, 5, 96, 32, 8),  # N % 4 != 0, G % 4 != 0
+        SiluMulQuantShape(1, 1, 16, 16, 1),
+        SiluMulQuantShape(4, 7, 512, 256, 2),
+        SiluMulQuantShape(2000, 3, 64, 64, 8),  # E above one prologue chunk
+        SiluMulQuantShape(0, 0, 128, 128, 8),  # empty call
+    ],
+)
+@pytest.mark.parametrize("layout", ["row_major", "column_major", "ue8m0_packed"])
+@pytest.mark.parametrize("limit, swizzle", [(None, False), (10.0, True), (7.0, False)])
+def test_supports_every_valid_shape(with_triton, shape, layout, limit, swizzle):
+    config = SiluMulQuantConfig(H200, swiglu_limit=limit, swizzle=swizzle, scale_layout=layout)
+    answer = TritonPlugin().supports(shape, config)
+    assert answer, answer.reason
+    assert layout in answer.reason
+
+
+def test_supports_rejects_with_specific_reasons(with_triton):
+    plugin = TritonPlugin()
+    cfg = SiluMulQuantConfig(H200)
+    answer = plugin.supports(SiluMulQuantShape(4, 8, 96, 48, 8), cfg)
+    assert not answer and "group_size 48" in answer.reason
+    answer = plugin.supports(SiluMulQuantShape(4, 8, 100, 32, 8), cfg)
+    assert not answer and "D (100)" in answer.reason
+    answer = plugin.supports(SiluMulQuantShape(4, 2**31, 128, 128, 8), cfg)
+    assert not answer and "N (2147483648)" in answer.reason
+    answer = plugin.supports(SiluMulQuantShape(4096, 2**20, 128, 128, 8), cfg)
+    assert not answer and "E * N" in answer.reason
+    answer = plugin.supports(SiluMulQuantShape(32, 64, 2048, 128, 8), SiluMulQuantConfig(Platform.cpu()))
+    assert not answer and "CUDA" in answer.reason
+
+
+def test_supports_is_pure_and_cheap(with_triton):
+    plugin = TritonPlugin()
+    shape, config = SiluMulQuantShape(32, 64, 2048, 128, 8), SiluMulQuantConfig(H200)
+    first = plugin.supports(shape, config)
+    assert all(plugin.supports(shape, config) == first for _ in range(100))
+
+
+# ------------------------------------------------------------------ kernel logic (interpreter)
+_INTERPRETER_SCRIPT = """
+import json, os, sys
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+from sglang_moe_plugins.ops.silu_mul_quant import (SiluMulQuantInputs, allocate_outputs, describe, real_rows,
+                                                   split_gate_up)
+from sglang_moe_plugins.plugins import _triton_silu_mul_quant as K
+from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference
+from sglang_moe_plugins.quant import quantize_fp8_groups, round_to_bf16, ceil_to_ue8m0
+
+
+@triton.jit
+def _cvt(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n).to(tl.float8e4nv), mask=offs < n)
+
+
+def interpreter_fp8(values):
+    # The interpreter's own fp32 -> e4m3 conversion (it differs from hardware RNE on ties, carries and
+    # subnormals), applied to the reference's exact scaled values: the kernel must match it.
+    flat = values.contiguous().reshape(-1)
+    out = torch.empty(flat.shape, dtype=torch.float8_e4m3fn)
+    if flat.numel():
+        _cvt[(triton.cdiv(flat.numel(), 1024),)](flat, out, flat.numel(), BLOCK=1024)
+    return out.reshape(values.shape)
+
+
+def check(E, N, D, gs, layout, limit=None, swizzle=False, masked=None, cfg=None, seed=0, special=False):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(E, N, 2 * D, generator=g)
+    x = x * torch.exp2(torch.randint(-6, 7, x.shape, generator=g).float())
+    if special:  # the op's non-finite policy: NaN, +-Inf, fp32 overflow, a group of NaN only
+        flat = x.view(-1)
+        pick = torch.randint(0, flat.numel(), (6, 8), generator=g)
+        for values, idx in zip((float("nan"), float("inf"), float("-inf"), 1e30, -1e30, 0.0), pick):
+            flat[idx] = values
+        x[0, 0, :gs] = float("nan")
+    x = x.to(torch.bfloat16)
+    if masked is None:
+        masked = torch.randint(0, N + 1, (E,), generator=g).tolist()
+    m = torch.tensor(masked, dtype=torch.int32)
+    shape, config = describe(x, m, group_size=gs, topk=8, swiglu_limit=limit, swizzle=swizzle, scale_layout=layout)
+    ref, got = allocate_outputs(shape, config, x.device), allocate_outputs(shape, config, x.device)
+    for o in (ref, got):
+        o.out.view(torch.uint8).fill_(0xFF)
+        o.scale.fill_(-1) if o.scale.dtype == torch.int32 else o.scale.fill_(float("nan"))
+    silu_mul_quant_reference(SiluMulQuantInputs(x, m), ref, shape, config)
+    K.launch(x, m, got.out, got.scale, group_size=gs, swiglu_limit=None if limit is None else round_to_bf16(limit),
+             swizzle=swizzle, ue8m0=config.scale_ue8m0, config=cfg)
+    mask = real_rows(m, N)
+    rows = x[mask]
+    gate, up = split_gate_up(rows, swizzle)
+    if limit is not None:
+        L = round_to_bf16(limit)
+        gate, up = gate.clamp(max=L), up.clamp(min=-L, max=L)
+    v = gate.float() / (1.0 + torch.exp(-gate.float())) * up.float()
+    grouped = v.reshape(v.shape[0], D // gs, gs)
+    magnitude = grouped.abs()
+    magnitude = torch.where(torch.isnan(magnitude), 0.0, magnitude.clamp(max=torch.finfo(torch.float32).max))
+    scale = magnitude.amax(-1).clamp_min(1e-10) / torch.full_like(magnitude[..., 0], 448.0)
+    if config.scale_ue8m0:
+        scale = ceil_to_ue8m0(scale)
+    expect = interpreter_fp8((grouped * (1.0 / scale).unsqueeze(-1)).reshape(v.shape))
+    qa, qb = expect.view(torch.uint8), got.out.view(torch.uint8)[mask]
+    same = float((qa == qb).float().mean()) if qa.numel() else 1.0
+    if config.scale_ue8m0:
+        scales_ok = torch.equal(ref.scale[mask], got.scale[mask])
+    else:
+        a, b = ref.scale[mask], got.scale[mask]
+        scales_ok = bool(((a - b).abs() <= 1e-6 * a.abs()).all()) and not bool(torch.isnan(b).any())
+    padding_untouched = bool((got.out.view(torch.uint8)[~mask] == 0xFF).all())
+    return {"case": [E, N, D, gs, layout, limit, swizzle, masked, str(cfg)], "same": same,
+            "scales_ok": scales_ok, "padding_untouched": padding_untouched}
+
+
+C = K.KernelConfig
+results = [
+    check(3, 5, 64, 16, "column_major", masked=[5, 0, 3], cfg=C(2, 32)),
+    check(3, 5, 64, 32, "ue8m0_packed", masked=[2, 0, 9], cfg=C(2, 32)),  # masked_m > N is clamped
+    check(4, 6, 96, 32, "ue8m0_packed", cfg=C(4, 64)),  # G = 3: partial packed word, pad bytes zeroed
+    check(4, 6, 96, 32, "row_major", limit=7.0, swizzle=True, cfg=C(4, 64, prefetch=True)),
+    check(2, 7, 128, 64, "column_major", limit=10.0, cfg=C(2, 128)),
+    check(5, 3, 80, 16, "ue8m0_packed", swizzle=True, cfg=C(1, 16, prefetch=True)),  # G = 5
+    check(6, 9, 80, 16, "ue8m0_packed", swizzle=True, masked=[0, 9, 0, 0, 1, 3], cfg=C(2, 32, prefetch=True)),
+    check(6, 9, 80, 16, "column_major", masked=[0, 0, 0, 0, 0, 0], cfg=C(2, 32)),  # all experts empty
+    check(3, 4, 256, 128, "ue8m0_packed", masked=[0, 0, 4]),  # default config
+    check(40, 2, 32, 16, "column_major", cfg=C(1, 32)),  # several experts per program, many empty
+    check(1, 1, 512, 256, "ue8m0_packed", masked=[1]),  # group 256, G = 2
+    check(2, 5, 128, 32, "column_major", masked=[5, 3], special=True),  # non-finite policy
+    check(2, 5, 128, 32, "ue8m0_packed", limit=7.0, masked=[5, 3], special=True, cfg=C(2, 64)),
+]
+print(json.dumps(results))
+"""
+
+
+def test_kernel_logic_under_triton_interpreter():
+    pytest.importorskip("triton")
+    pytest.importorskip("numpy")
+    out = _run_python(_INTERPRETER_SCRIPT, env={"TRITON_INTERPRET": "1"}, timeout=300)
+    results = json.loads(out.strip().splitlines()[-1])
+    for r in results:
+        assert r["scales_ok"], r
+        assert r["padding_untouched"], r
+        assert r["same"] >= 0.995, r
+
+
+def test_choose_config_is_a_pure_function_of_sizes():
+    pytest.importorskip("triton")
+    from sglang_moe_plugins.plugins._triton_silu_mul_quant import choose_config
+
+    for E, N, D, gs in [(32, 1024, 2048, 128), (128, 1024, 768, 128), (512, 256, 512, 128), (8, 4096, 14336, 128),
+                        (3, 5, 96, 32), (1, 1, 16, 16), (4, 7, 512, 256)]:
+        cfg = choose_config(E, N, D, gs)
+        assert cfg == choose_config(E, N, D, gs)
+        assert cfg.block_c & (cfg.block_c - 1) == 0 and cfg.block_c % gs == 0
+        assert cfg.block_m & (cfg.block_m - 1) == 0 and cfg.block_m >= 1
+        assert cfg.block_m * cfg.block_c <= 16384
+        compiled = (cfg.block_m, cfg.block_c, cfg.num_warps, cfg.prefetch)
+        assert all(compiled == (c.block_m, c.block_c, c.num_warps, c.prefetch)
+                   for c in (choose_config(E, n, D, gs) for n in (1, 7, 64, 1000, 65536)))
