@@ -2,7 +2,8 @@
 
 Built-in plugins register through the same entry point group as third-party ones. A plugin that
 fails to load or to validate is reported (``Registry.problems``, the log, ``doctor``) with the
-distribution it came from and skipped; it never takes the others down.
+distribution it came from and skipped; it never takes the others down. With ``strict`` the registry
+refuses to build instead (PluginValidationError listing every problem).
 """
 
 from __future__ import annotations
@@ -188,6 +189,13 @@ class Registry:
             records.append(PluginRecord(plugin, name, plugin.op, default_priority, priority, enabled, status, dist, ep, options))
         for problem in problems:
             logger.warning("sglang-moe-plugins: %s", problem.describe())
+        if config.strict and problems:
+            # strict: a plugin that cannot be registered is an error, not a skipped entry.
+            listed = "\n".join(f"  - {p.describe()}" for p in problems)
+            raise PluginValidationError(
+                f"strict = true and {len(problems)} plugin(s) could not be registered "
+                f"(without strict they are skipped and reported):\n{listed}"
+            )
         return cls(records, problems, config)
 
     # -- queries ------------------------------------------------------------------------------

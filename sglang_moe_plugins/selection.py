@@ -3,7 +3,8 @@
 Each (op, shape, config) key is decided once (thread-safe), cached and logged once at INFO, with the
 reason of every plugin not chosen. At run time a plugin that raises, or returns outputs that do not
 match the op's contract, is logged once with the traceback, remembered as failed for that key, and
-the next plugin runs; with ``strict`` the error is re-raised instead.
+the next plugin runs; with ``strict`` the error is re-raised instead. During CUDA graph capture a
+failure is re-raised and not remembered (a fallback cannot be captured after a failed attempt).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Hashable
 import torch
 
 from .contract import Support
-from .errors import MoEPluginsError, NoPluginAvailableError
+from .errors import InvalidArgumentError, MoEPluginsError, NoPluginAvailableError, OutputValidationError
 from .ops import get_op
 from .registry import PluginRecord, Registry
 
@@ -104,6 +105,15 @@ def _inputs_device(inputs: Any) -> torch.device:
         if isinstance(value, torch.Tensor):
             return value.device
     raise TypeError(f"cannot tell the device of {type(inputs).__name__}: it holds no tensor")
+
+
+def _capturing(inputs: Any) -> bool:
+    """Whether the call's CUDA stream is being captured into a graph (False off CUDA)."""
+    try:
+        device = _inputs_device(inputs)
+    except TypeError:
+        return False
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 class Selector:
@@ -193,9 +203,10 @@ class Selector:
         )
 
     def _log_error_once(self, key: Hashable, plugin: str, message: str, exc: BaseException) -> None:
-        if (key, plugin) in self._logged_errors:
-            return
-        self._logged_errors.add((key, plugin))
+        with self._lock:  # several threads may fail on the same key at once: one line
+            if (key, plugin) in self._logged_errors:
+                return
+            self._logged_errors.add((key, plugin))
         logger.error("sglang-moe-plugins: %s: %s: %s", message, type(exc).__name__, exc, exc_info=exc)
 
     # -- running ------------------------------------------------------------------------------
@@ -205,6 +216,15 @@ class Selector:
         key = (op, shape, config)
         if outputs is None:
             outputs = spec.allocate_outputs(shape, config, _inputs_device(inputs))
+        else:
+            # The caller's outputs are checked before any plugin runs: a wrong buffer is the caller's
+            # error and must not be counted as a plugin failure (which would exclude the plugin).
+            try:
+                spec.validate_outputs(outputs, shape, config)
+            except OutputValidationError as exc:
+                raise InvalidArgumentError(
+                    op, "outputs", type(outputs).__name__, f"buffers as the op's allocate_outputs() makes them ({exc})"
+                ) from None
         while True:
             record = self.select(op, shape, config).chosen
             try:
@@ -215,6 +235,16 @@ class Selector:
             except Exception as exc:  # noqa: BLE001 - fall back to the next plugin
                 if self.strict or self.registry.config.force.get(op) == record.name:
                     raise
+                if _capturing(inputs):
+                    # Inside CUDA graph capture a fallback would be recorded into the graph after a
+                    # failed attempt, and a failure caused by capture must not exclude the plugin from
+                    # eager calls: re-raise, remember nothing.
+                    self._log_error_once(
+                        ("cuda graph capture", key), record.name,
+                        f"plugin {record.name!r} failed on {op} during CUDA graph capture; no fallback inside capture "
+                        "(select before capturing: run the call once eagerly)", exc,
+                    )
+                    raise
                 self.mark_failed(key, record.name, exc)
 
     def mark_failed(self, key: Hashable, plugin: str, exc: BaseException) -> None:
@@ -223,10 +253,13 @@ class Selector:
         if isinstance(exc, MoEPluginsError):
             reason = f"{type(exc).__name__}: {exc}"
         op = key[0] if isinstance(key, tuple) and key else "?"
-        self._log_error_once(key, plugin, f"plugin {plugin!r} failed on {op}; falling back to the next plugin", exc)
         with self._lock:
-            self._failed.setdefault(key, {})[plugin] = reason
+            failed = self._failed.setdefault(key, {})
+            if plugin in failed:  # another thread recorded this failure already; keep its new selection
+                return
+            failed[plugin] = reason
             self._cache.pop(key, None)
+        self._log_error_once(key, plugin, f"plugin {plugin!r} failed on {op}; falling back to the next plugin", exc)
 
     def failed_plugins(self) -> dict[Hashable, dict[str, str]]:
         with self._lock:

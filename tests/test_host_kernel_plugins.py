@@ -99,7 +99,8 @@ def test_jit_ep_passes_the_host_layouts(fake_kernels):
         outputs = allocate_outputs(shp, cfg, torch.device("cpu"))
         JitEpPlugin().run(inputs, outputs, shp, cfg)
         _, args, kwargs = fake_kernels[-1]
-        assert args[0] is inputs.gateup and args[1] is outputs.out and args[3] == 128 and args[4] is inputs.masked_m
+        assert args[0] is inputs.gateup and args[1] is outputs.out and args[3] == 128
+        assert torch.equal(args[4], inputs.masked_m.clamp(0, 8)) and args[4].dtype == torch.int32
         assert kwargs == {"scale_ue8m0": layout == "ue8m0_packed", "topk": 2, "transposed": layout == "ue8m0_packed",
                           "swiglu_limit": 10.0, "swizzle": True}
         if layout == "ue8m0_packed":
@@ -125,7 +126,21 @@ def test_fp8_fallback_clamps_in_bf16_and_respects_writability(fake_kernels, writ
     assert (passed is gateup) is writable
     assert torch.equal(gateup, original) is not writable
     assert args[1] is outputs.out and args[2] is outputs.scale
-    assert kwargs == {"group_size": 128, "scale_ue8m0": False, "fuse_silu_and_mul": True, "masked_m": inputs.masked_m, "expected_m": 5}
+    masked = kwargs.pop("masked_m")
+    assert torch.equal(masked, inputs.masked_m) and masked.dtype == torch.int32
+    assert kwargs == {"group_size": 128, "scale_ue8m0": False, "fuse_silu_and_mul": True, "expected_m": 5}
+
+
+def test_host_kernel_plugins_clamp_masked_m_to_0_N(fake_kernels):
+    """The op defines counts outside [0, N] as clamped; SGLang's kernels would read/write past row N."""
+    shp = SiluMulQuantShape(4, 8, 256, 128, 2)
+    inputs = SiluMulQuantInputs(torch.randn(4, 8, 512).bfloat16(), torch.tensor([9, -3, 8, 2**31 - 1], dtype=torch.int32))
+    for plugin, layout in ((JitEpPlugin(), "row_major"), (Fp8FallbackPlugin(), "column_major")):
+        cfg = config(platform=Platform.cpu(), layout=layout)
+        plugin.run(inputs, allocate_outputs(shp, cfg, torch.device("cpu")), shp, cfg)
+        name, args, kwargs = fake_kernels[-1]
+        passed = args[4] if name == "dsv4" else kwargs["masked_m"]
+        assert passed.tolist() == [8, 0, 8, 8]
 
 
 def test_default_host_kernels_are_sglangs():

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from .. import api
-from ..errors import ConfigError, InvalidArgumentError, NoPluginAvailableError
+from ..errors import ConfigError, InvalidArgumentError, MoEPluginsError, NoPluginAvailableError
 from ..ops import silu_mul_quant as smq
 
 __all__ = [
@@ -138,6 +138,9 @@ def register() -> None:
         selector = api.get_selector()  # validates the user config now, not on the first MoE call
     except ConfigError as exc:
         logger.error("sglang-moe-plugins is NOT active: invalid configuration: %s", exc)
+        raise
+    except MoEPluginsError as exc:  # strict mode: a plugin that cannot be registered
+        logger.error("sglang-moe-plugins is NOT active: %s", exc)
         raise
     for note in selector.registry.config.notes:
         logger.log(logging.WARNING if note.startswith("legacy") else logging.INFO, "sglang-moe-plugins: %s", note)

@@ -21,6 +21,16 @@ Numerics: gate clamped to ``<= L`` and up to ``[-L, L]`` in bf16 when ``swiglu_l
 SiLU and product in fp32; absmax per group floored at 1e-10; ``scale = absmax / 448``, with UE8M0
 rounded up to a power of two; values multiplied by ``1 / scale`` and saturated to +-448.
 Rows past ``masked_m[e]`` are padding: their contents are unspecified.
+
+Results defined for data that :func:`describe` cannot check without a host sync (docs/reliability.md):
+
+- ``masked_m[e]`` is clamped to ``[0, N]``: a count above N makes all N rows real, a negative count
+  none. Every plugin must clamp (never read or write past row N).
+- Non-finite values: ``v = silu(gate) * up`` is evaluated in IEEE fp32 after the clamp (which keeps
+  NaN). In each group NaN is left out of the absmax and quantizes to NaN (that element only); +-Inf,
+  and products that overflow fp32 (finite but huge inputs), count as +-FLT_MAX and saturate to +-448.
+  Scales are always finite and positive, and finite inputs never give NaN. IEEE gives NaN for NaN
+  in gate or up, ``gate = -Inf`` (``-Inf * sigmoid(-Inf) = -Inf * 0``), and ``Inf * 0`` products.
 """
 
 from __future__ import annotations
@@ -177,8 +187,13 @@ def describe(
         raise _bad("masked_m.dtype", masked_m.dtype, "torch.int32")
     if tuple(masked_m.shape) != (num_experts,):
         raise _bad("masked_m.shape", tuple(masked_m.shape), f"({num_experts},) (one count per expert)")
+    if num_experts > 1 and masked_m.stride(0) != 1:
+        raise _bad("masked_m.stride()", tuple(masked_m.stride()), "(1,) (contiguous; kernels read masked_m[e] at offset e)")
     if masked_m.device != gateup.device:
         raise _bad("masked_m.device", masked_m.device, f"the device of gateup ({gateup.device})")
+    for flag, value in (("swizzle", swizzle), ("keep_fp32", keep_fp32)):
+        if not isinstance(value, (bool, int)) or value not in (0, 1):
+            raise _bad(flag, value, "True or False")
     if swiglu_limit is not None:
         if isinstance(swiglu_limit, bool) or not isinstance(swiglu_limit, (int, float)) or not swiglu_limit > 0:
             raise _bad("swiglu_limit", swiglu_limit, "None or a finite number > 0")

@@ -64,6 +64,6 @@ class Fp8FallbackPlugin(Plugin):
             group_size=shape.group_size,
             scale_ue8m0=config.scale_ue8m0,
             fuse_silu_and_mul=True,
-            masked_m=inputs.masked_m,
+            masked_m=inputs.masked_m.clamp(0, shape.max_rows),  # the op's defined result outside [0, N]
             expected_m=expected_m,
         )

@@ -60,7 +60,8 @@ class JitEpPlugin(Plugin):
             outputs.out,
             outputs.scale.transpose(-1, -2) if packed else outputs.scale,
             shape.group_size,
-            inputs.masked_m,
+            # the op's defined result for counts outside [0, N]; SGLang's kernel would write past row N
+            inputs.masked_m.clamp(0, shape.max_rows),
             scale_ue8m0=packed,
             topk=shape.topk,
             transposed=packed,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..contract import Plugin, Support
+from ..errors import KernelNotAvailableError
 from ..hardware import Platform
 from ..ops.silu_mul_quant import (
     OP,
@@ -23,9 +24,20 @@ __all__ = ["ReferencePlugin", "silu_mul_quant_reference"]
 def silu_mul_quant_reference(
     inputs: SiluMulQuantInputs, outputs: SiluMulQuantOutputs, shape: SiluMulQuantShape, config: SiluMulQuantConfig
 ) -> None:
-    """Write the real rows of ``outputs``; padding rows are left as they were."""
+    """Write the real rows of ``outputs``; padding rows are left as they were.
+
+    ``masked_m`` is clamped to ``[0, N]`` and non-finite values follow the op's documented policy
+    (see :mod:`sglang_moe_plugins.ops.silu_mul_quant`). Reads ``masked_m`` on the host, so it cannot
+    run inside CUDA graph capture: it raises KernelNotAvailableError before touching the device.
+    """
     if shape.num_experts == 0 or shape.max_rows == 0:
         return
+    if inputs.gateup.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise KernelNotAvailableError(
+            "plugin 'reference' cannot run inside CUDA graph capture: it reads masked_m on the host "
+            "(a device-to-host sync, which capture forbids); select a capturable plugin (e.g. 'triton') "
+            "for captured calls, or run this call eagerly"
+        )
     mask = real_rows(inputs.masked_m, shape.max_rows)  # [E, N]; reads masked_m (a host sync)
     rows = inputs.gateup[mask]  # [R, 2D] bf16
     if rows.shape[0] == 0:

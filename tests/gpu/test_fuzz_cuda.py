@@ -1,0 +1,126 @@
+"""Issue 7.3 on the GPU machine: the CPU fuzz (tests/test_fuzz.py) for every plugin available on this
+CUDA device (triton, jit_ep, fp8_fallback when their kernels load, and the reference on CUDA), each
+forced (no fallback hides a failure), against the fp64 tolerance policy. Skipped without CUDA.
+
+Run from the repository root (the lead runs these):
+
+    PYTHONPATH=. python -m pytest -q tests/gpu/test_fuzz_cuda.py --hypothesis-show-statistics
+    # the long run (10,000 cases per plugin), recorded like the CPU run in tests/fuzz_runs/:
+    MOE_FUZZ_PROFILE=long MOE_FUZZ_SEED=20261130 MOE_FUZZ_SUMMARY=tests/fuzz_runs/gpu-long.json \
+        PYTHONPATH=. python -m pytest -q tests/gpu/test_fuzz_cuda.py -p no:cacheprovider --hypothesis-show-statistics
+
+The CI profile runs 150 cases per plugin (``MOE_FUZZ_EXAMPLES`` overrides). The first cases of each
+shape family compile a Triton kernel, so the first minutes are compile-bound. Without hypothesis on the
+machine, the same case distribution is drawn from a seeded ``random.Random`` (no shrinking).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():  # pragma: no cover - depends on the machine
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+from builtin_eps import builtin_entry_points  # noqa: E402
+import fuzz_cases as fc  # noqa: E402
+from fuzz_cases import PROFILE, SEED, independent_real_rows, make_gateup, make_masked  # noqa: E402
+
+from sglang_moe_plugins import Registry, Selector, UserConfig  # noqa: E402
+from sglang_moe_plugins.config import parse_config  # noqa: E402
+from sglang_moe_plugins.hardware import local_platform  # noqa: E402
+from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
+from sglang_moe_plugins.testing.tolerance import STRICT, compare_with_fp64, poison, tolerance_for  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+EXAMPLES = int(os.environ.get("MOE_FUZZ_EXAMPLES", 150 if PROFILE == "ci" else 10_000))
+STATS: Counter = Counter()
+WORST: dict[str, float] = {}
+
+
+def _cuda_plugins():
+    here = local_platform()
+    registry = Registry.discover(UserConfig(), builtin_entry_points())
+    return [r.plugin for r in registry.records(smq.OP)
+            if getattr(r.plugin, "available", None) is None or r.plugin.available(here)]
+
+
+CUDA_PLUGINS = _cuda_plugins()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _summary():
+    start = time.time()
+    yield
+    path = os.environ.get("MOE_FUZZ_SUMMARY")
+    if path:
+        with open(path, "w") as handle:
+            json.dump({"profile": PROFILE, "seed": SEED, "device": torch.cuda.get_device_name(),
+                       "seconds": round(time.time() - start, 1), "counts": dict(sorted(STATS.items())), "worst": WORST},
+                      handle, indent=2)
+
+
+def check_case(plugin, case) -> None:
+    gen = torch.Generator().manual_seed(case["seed"])
+    gateup = make_gateup(case, gen)
+    masked = make_masked(case, gen)
+    real = independent_real_rows(masked, case["n"])
+    if gateup.numel():
+        gateup[~real] = float("nan")  # padding rows: garbage that must not leak into real rows
+    gateup, masked = gateup.cuda(), masked.cuda()
+    shape, config = smq.describe(gateup, masked, group_size=case["group"], topk=case["topk"], swiglu_limit=case["limit"],
+                                 swizzle=case["swizzle"], scale_layout=case["layout"], keep_fp32=case["keep_fp32"])
+    support = plugin.supports(shape, config)
+    if not support:
+        STATS[f"{plugin.name}: unsupported"] += 1
+        return
+    inputs = smq.SiluMulQuantInputs(gateup, masked)
+    outputs = smq.allocate_outputs(shape, config, gateup.device)
+    poison(outputs)
+    selector = Selector(Registry.from_plugins([plugin], parse_config({"force": {smq.OP: plugin.name}})))
+    result = selector.dispatch(smq.OP, inputs, shape, config, outputs=outputs)
+    torch.cuda.synchronize()
+    if real.any():
+        assert not torch.isnan(result.out.float().cpu()[real]).any(), "a real row was not written"
+    tolerance = STRICT if plugin.name == "reference" else tolerance_for(config)
+    verdict = compare_with_fp64(inputs, result, shape, config, tolerance)
+    assert verdict.ok, verdict.message
+    STATS[f"{plugin.name}: checked"] += 1
+    WORST[plugin.name] = max(WORST.get(plugin.name, 0.0), verdict.worst_value_ratio)
+
+
+if fc.HAVE_HYPOTHESIS:
+    from hypothesis import given, note
+
+    @pytest.mark.parametrize("plugin", CUDA_PLUGINS, ids=[p.name for p in CUDA_PLUGINS])
+    @fc.seeded
+    @fc.fuzz_settings(EXAMPLES)
+    @given(case=fc.smq_calls())
+    def test_fuzz_silu_mul_quant_cuda_plugins(plugin, case):
+        note(repr(case))
+        check_case(plugin, case)
+
+else:  # no hypothesis on this machine: the same cases from a seeded random.Random, no shrinking
+
+    @pytest.mark.parametrize("plugin", CUDA_PLUGINS, ids=[p.name for p in CUDA_PLUGINS])
+    def test_fuzz_silu_mul_quant_cuda_plugins(plugin):
+        import random
+
+        base = int(SEED) if SEED is not None else 20261130
+        for i in range(EXAMPLES):
+            case = fc.draw_case(random.Random(base * 100_003 + i))
+            try:
+                check_case(plugin, case)
+            except BaseException as exc:
+                raise AssertionError(f"case {i} (MOE_FUZZ_SEED={base}): {case!r}: {exc}") from exc
+
+
+def test_triton_is_fuzzed_when_available():
+    reg = Registry.discover(UserConfig(), builtin_entry_points())
+    if "triton" in reg and reg.get("triton").plugin.available(local_platform()):
+        assert "triton" in [p.name for p in CUDA_PLUGINS]
