@@ -62,14 +62,14 @@ def reference_on_cpu(gateup, masked, shape, config):
 
 def assert_same(result, want, masked, n, *, exact=True):
     real = smq.real_rows(masked.cpu(), n)
-    got_q, want_q = result.out.cpu().float()[real], want.out.float()[real]
+    got_q, want_q = result.out.cpu().float()[real], want.out.cpu().float()[real]
     assert torch.equal(torch.isnan(got_q), torch.isnan(want_q)), "NaN elements differ from the defined result"
     finite = ~torch.isnan(want_q)
     if exact:
         assert torch.equal(got_q[finite], want_q[finite])
     else:  # fast exp/division: one fp8 step at most
         assert ((got_q[finite] - want_q[finite]).abs() <= want_q[finite].abs() * 2.0**-3 + 2.0**-9).all()
-    got_s, want_s = result.scale.cpu()[real], want.scale[real]
+    got_s, want_s = result.scale.cpu()[real], want.scale.cpu()[real]
     assert torch.equal(got_s.view(torch.int32), want_s.view(torch.int32)) if exact else torch.allclose(got_s.float(), want_s.float(), rtol=2.0**-7)
 
 
