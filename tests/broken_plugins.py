@@ -115,3 +115,61 @@ class OldContractPlugin(ExampleTorchPlugin):
 
     name = "broken_old_contract"
     contract_version = 0
+
+
+# -- broken mega_moe plugins (the suite's mega_moe adapter must name each failure) -------------------
+
+from sglang_moe_plugins.ops.mega_moe import MegaMoEOutputs  # noqa: E402
+from sglang_moe_plugins.plugins.mega_reference import MegaReferencePlugin  # noqa: E402
+
+
+class _MegaW4A8Only(MegaReferencePlugin):
+    """The reference, narrowed to fp8xfp4 (as a real W4A8 kernel is): keeps the suite runs short."""
+
+    def supports(self, shape, config):
+        if config.variant != "fp8xfp4":
+            return Support.no(f"W4A8 only; variant {config.variant} is another kernel's")
+        return super().supports(shape, config)
+
+
+class MegaUnwrittenRowPlugin(_MegaW4A8Only):
+    """Off by one: never writes the last token's row of y."""
+
+    name = "broken_mega_unwritten_row"
+
+    def run(self, inputs, outputs, shape, config):
+        scratch = MegaMoEOutputs(torch.empty_like(outputs.y))
+        super().run(inputs, scratch, shape, config)
+        last = inputs.num_tokens - 1
+        if last > 0:
+            outputs.y[:last].copy_(scratch.y[:last])
+
+
+class MegaWrongDtypePlugin(_MegaW4A8Only):
+    """Returns y in fp32 (its accumulator) instead of the bf16 the host requires."""
+
+    name = "broken_mega_wrong_dtype"
+
+    def run(self, inputs, outputs, shape, config):
+        super().run(inputs, outputs, shape, config)
+        return MegaMoEOutputs(outputs.y.float())
+
+
+class MegaWrongNumericsPlugin(_MegaW4A8Only):
+    """Ignores routed_scaling_factor and the clamp's effect: scales every row by 1.1."""
+
+    name = "broken_mega_numerics"
+
+    def run(self, inputs, outputs, shape, config):
+        super().run(inputs, outputs, shape, config)
+        outputs.y.mul_(1.1)
+
+
+class MegaCrashesOnZeroTokensPlugin(_MegaW4A8Only):
+    """supports() accepts every call, but run() indexes token 0 and crashes on an empty batch."""
+
+    name = "broken_mega_zero_tokens"
+
+    def run(self, inputs, outputs, shape, config):
+        inputs.hidden_states[0]  # IndexError when T == 0
+        super().run(inputs, outputs, shape, config)

@@ -1,8 +1,8 @@
 """What the suite needs from an op: cases, inputs, output checks. One adapter per op.
 
 The suite itself (:mod:`.suite`) is op-agnostic: it asks :func:`conformance_for` for the op's adapter.
-``silu_mul_quant`` has a full adapter here. Another op is covered when its op module
-(``sglang_moe_plugins.ops.<op>``) offers one:
+``silu_mul_quant`` (:mod:`.silu_mul_quant`) and ``mega_moe`` (:mod:`.mega_moe`) have full adapters
+in this package. Another op is covered when its op module (``sglang_moe_plugins.ops.<op>``) offers one:
 
 - ``conformance``: an object implementing :class:`OpConformance` (full coverage), or
 - ``cases_for_model(model, *, ep, platform) -> [(label, shape, config), ...]``: the suite then checks
@@ -52,7 +52,11 @@ class SuiteCase:
 
 
 class OpConformance(Protocol):
-    """The per-op part of the conformance suite."""
+    """The per-op part of the conformance suite.
+
+    An adapter may also set ``max_cpu_catalog_runs`` (int): the number of catalog cases run on CPU
+    when ``SuiteOptions.max_catalog_runs`` is None (default: the suite's own).
+    """
 
     op: str
     coverage: str  # FULL or SUPPORTS_ONLY
@@ -126,6 +130,10 @@ def conformance_for(op: str) -> OpConformance | None:
         from .silu_mul_quant import SiluMulQuantConformance
 
         return SiluMulQuantConformance()
+    if op == "mega_moe":
+        from .mega_moe import MegaMoEConformance
+
+        return MegaMoEConformance()
     try:
         module = importlib.import_module(f"sglang_moe_plugins.ops.{op}")
     except ImportError:

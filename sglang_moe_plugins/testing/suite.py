@@ -68,7 +68,8 @@ class SuiteOptions:
     #: supports() must take less than this per call (median), in microseconds.
     supports_budget_us: float = 1000.0
     #: Run at most this many of the accepted catalog cases, spread over the models (the others are
-    #: supports()-checked only). None: 24 on CPU, all on CUDA. Edge and random cases always run.
+    #: supports()-checked only). None: 24 on CPU (or the op adapter's ``max_cpu_catalog_runs``), all on
+    #: CUDA. Edge and random cases always run.
     max_catalog_runs: int | None = None
 
     def __post_init__(self) -> None:
@@ -358,7 +359,11 @@ def run_conformance(
     for case in drawn:
         answers[id(case)] = _check_supports(plugin, case, checks, timings)
     accepted = [c for c in drawn if c.execute and answers[id(c)][0]]
-    to_run = _select_run_cases(accepted, options.resolved_max_catalog_runs(platform), seed)
+    catalog_limit = options.resolved_max_catalog_runs(platform)
+    adapter_cpu_limit = getattr(adapter, "max_cpu_catalog_runs", None)
+    if options.max_catalog_runs is None and not platform.is_cuda and isinstance(adapter_cpu_limit, int):
+        catalog_limit = adapter_cpu_limit
+    to_run = _select_run_cases(accepted, catalog_limit, seed)
 
     results: list[CaseResult] = []
     total = len(drawn)
