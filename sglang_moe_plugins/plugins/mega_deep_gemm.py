@@ -241,9 +241,38 @@ def _sm100(platform: Platform) -> Support:
 
 class _Sm100Plugin(_MegaDeepGemmPlugin):
     kernel_functions = ("get_symm_buffer_for_mega_moe", "fp8_fp4_mega_moe")
+    #: check_mega_moe_shapes: moe_intermediate_size must be a multiple of this for the variant.
+    intermediate_align: ClassVar[int] = 128
+    #: How SGLang builds the weights this variant needs (for the rejection reason).
+    layout_hint: ClassVar[str] = ""
 
     def _arch(self, platform: Platform) -> Support:
         return _sm100(platform)
+
+    def _weights(self, config: MegaMoEConfig) -> Support:
+        if config.variant != self.variant:
+            return Support.no(
+                f"the experts' weights are laid out for {config.variant}; {self.name} needs the {self.variant} layout "
+                f"({self.layout_hint})"
+            )
+        if config.weight_format != "fp4_e2m1_ue8m0_g32":
+            return Support.no(f"needs FP4 E2M1 weights with per-32 UE8M0 scales, got {config.weight_format}")
+        return Support.yes(f"{self.variant} FP4 weights")
+
+    def _shapes(self, shape: MegaMoEShape, config: MegaMoEConfig) -> Support:
+        if shape.hidden % 512:
+            return Support.no(f"hidden_size={shape.hidden} is not a multiple of 512 (16 x scale group 32; check_mega_moe_shapes)")
+        if shape.intermediate % self.intermediate_align:
+            return Support.no(
+                f"moe_intermediate_size={shape.intermediate} is not a multiple of {self.intermediate_align} "
+                f"(check_mega_moe_shapes, {self.variant})"
+            )
+        if shape.top_k > 32:
+            return Support.no(f"top_k={shape.top_k} > 32 (the kernel packs 32 / top_k tokens per warp)")
+        return self._shared_experts(shape, config)
+
+    def _shared_experts(self, shape: MegaMoEShape, config: MegaMoEConfig) -> Support:
+        raise NotImplementedError
 
     def _launch(self, deep_gemm, buf, inputs, y, topk_ids, topk_weights, shape, config) -> None:
         choice = self._pre_dispatch_choice()
@@ -281,25 +310,10 @@ class MegaW4A8Plugin(_Sm100Plugin):
     priority = 100
     variant = "fp8xfp4"
     variant_label = "W4A8 (fp8xfp4)"
+    layout_hint = "FP4 weights, gran-8 gate/up interleave: SGLang's default MegaMoE build"
     description = "DeepGEMM fp8xfp4 MegaMoE (SM100), FP8 per-32 UE8M0 pre-dispatch"
 
-    def _weights(self, config: MegaMoEConfig) -> Support:
-        if config.variant != "fp8xfp4":
-            return Support.no(
-                f"the experts' weights are laid out for {config.variant}; mega_w4a8 needs the fp8xfp4 layout "
-                "(FP4 weights, gran-8 gate/up interleave: SGLang's default MegaMoE build)"
-            )
-        if config.weight_format != "fp4_e2m1_ue8m0_g32":
-            return Support.no(f"needs FP4 E2M1 weights with per-32 UE8M0 scales, got {config.weight_format}")
-        return Support.yes("fp8xfp4 FP4 weights")
-
-    def _shapes(self, shape: MegaMoEShape, config: MegaMoEConfig) -> Support:
-        if shape.hidden % 512:
-            return Support.no(f"hidden_size={shape.hidden} is not a multiple of 512 (16 x scale group 32; check_mega_moe_shapes)")
-        if shape.intermediate % 128:
-            return Support.no(f"moe_intermediate_size={shape.intermediate} is not a multiple of 128 (check_mega_moe_shapes, fp8xfp4)")
-        if shape.top_k > 32:
-            return Support.no(f"top_k={shape.top_k} > 32 (the kernel packs 32 / top_k tokens per warp)")
+    def _shared_experts(self, shape: MegaMoEShape, config: MegaMoEConfig) -> Support:
         if shape.num_shared_experts and config.deep_gemm.flavour == "legacy_env":
             return Support.no(f"in-kernel shared experts need a buffer sized for them; {config.deep_gemm.describe()} takes no num_shared_experts")
         if shape.num_shared_experts and not config.deep_gemm.has("get_block_m_for_mega_moe"):
@@ -331,6 +345,8 @@ class MegaW4A4Plugin(_Sm100Plugin):
     priority = 110
     variant = "mxf4xmxf4"
     variant_label = "W4A4 (mxf4xmxf4)"
+    intermediate_align = 512
+    layout_hint = "FP4 weights, gran-16 packed gate/up interleave: SGLang builds it with --enable-w4a4-mxfp4-megamoe"
     description = "DeepGEMM mxf4xmxf4 MegaMoE (SM100), MXFP4 E2M1 per-32 UE8M0 pre-dispatch"
 
     def _api(self, api: DeepGemmApi) -> Support:
@@ -344,23 +360,7 @@ class MegaW4A4Plugin(_Sm100Plugin):
             )
         return base
 
-    def _weights(self, config: MegaMoEConfig) -> Support:
-        if config.variant != "mxf4xmxf4":
-            return Support.no(
-                f"the experts' weights are laid out for {config.variant}; mega_w4a4 needs the mxf4xmxf4 layout "
-                "(FP4 weights, gran-16 packed gate/up interleave: SGLang builds it with --enable-w4a4-mxfp4-megamoe)"
-            )
-        if config.weight_format != "fp4_e2m1_ue8m0_g32":
-            return Support.no(f"needs FP4 E2M1 weights with per-32 UE8M0 scales, got {config.weight_format}")
-        return Support.yes("mxf4xmxf4 FP4 weights")
-
-    def _shapes(self, shape: MegaMoEShape, config: MegaMoEConfig) -> Support:
-        if shape.hidden % 512:
-            return Support.no(f"hidden_size={shape.hidden} is not a multiple of 512 (16 x scale group 32; check_mega_moe_shapes)")
-        if shape.intermediate % 512:
-            return Support.no(f"moe_intermediate_size={shape.intermediate} is not a multiple of 512 (check_mega_moe_shapes, mxf4xmxf4)")
-        if shape.top_k > 32:
-            return Support.no(f"top_k={shape.top_k} > 32 (the kernel packs 32 / top_k tokens per warp)")
+    def _shared_experts(self, shape: MegaMoEShape, config: MegaMoEConfig) -> Support:
         if shape.num_shared_experts:
             return Support.no("in-kernel shared experts take FP8 weights with fp8xfp4 only (SGLang fuses them for W4A8 only)")
         return Support.yes("shapes pass check_mega_moe_shapes")
