@@ -273,3 +273,37 @@ def test_choose_config_is_a_pure_function_of_sizes():
         compiled = (cfg.block_m, cfg.block_c, cfg.num_warps, cfg.prefetch)
         assert all(compiled == (c.block_m, c.block_c, c.num_warps, c.prefetch)
                    for c in (choose_config(E, n, D, gs) for n in (1, 7, 64, 1000, 65536)))
+
+
+# ------------------------------------------------------------------------------ grid sizing
+def test_resident_programs_fallback_bound_from_registers_and_shared(monkeypatch):
+    """Without the driver's occupancy call, residency follows registers, threads and shared memory."""
+    K = pytest.importorskip("sglang_moe_plugins.plugins._triton_silu_mul_quant")
+    import types
+
+    monkeypatch.setattr(K, "_libcuda", lambda: None)
+    props = types.SimpleNamespace(regs_per_multiprocessor=65536, max_threads_per_multi_processor=2048,
+                                  shared_memory_per_multiprocessor=233472)
+    monkeypatch.setattr(K.torch.cuda, "get_device_properties", lambda index: props)
+
+    def compiled(regs, shared):
+        return types.SimpleNamespace(n_regs=regs, metadata=types.SimpleNamespace(shared=shared), function=0)
+
+    assert K.resident_programs_per_sm(compiled(32, 0), 4, 0) == 16  # thread-bound
+    assert K.resident_programs_per_sm(compiled(39, 16), 4, 0) == 12  # 40 regs/thread after rounding
+    assert K.resident_programs_per_sm(compiled(54, 0), 4, 0) == 9
+    assert K.resident_programs_per_sm(compiled(55, 0), 8, 0) == 4
+    assert K.resident_programs_per_sm(compiled(32, 100_000), 4, 0) == 2  # shared-memory-bound
+
+
+def test_choose_config_waves_by_regime():
+    K = pytest.importorskip("sglang_moe_plugins.plugins._triton_silu_mul_quant")
+    decode = K.choose_config(32, 128, 2048, 128)
+    assert (decode.ctas_per_sm, decode.waves) == (4, 1)
+    few = K.choose_config(48, 2048, 2048, 128)
+    assert (few.ctas_per_sm, few.waves) == (16, 2)
+    many = K.choose_config(128, 1024, 768, 128)
+    assert (many.ctas_per_sm, many.waves) == (8, 1)
+    # the compiled part does not depend on N (one kernel per shape family)
+    assert {(c.block_m, c.block_c, c.num_warps) for c in (K.choose_config(48, n, 2048, 128) for n in (7, 128, 4096))} \
+        == {(few.block_m, few.block_c, few.num_warps)}

@@ -6,7 +6,9 @@ only; compilation happens on the first launch of a given specialisation.
 
 Design (see ``docs/triton-kernel.md`` for the measurements behind it):
 
-- Persistent grid sized to the device (``ctas_per_sm`` programs per SM), independent of the data.
+- Persistent grid sized to the device (``ctas_per_sm`` programs per SM, capped at the number of
+  programs the compiled kernel can keep resident per SM, so that the grid is one wave), independent
+  of the data.
 - Work items are ``(expert, block of BM real rows, chunk of BC columns)``. Every program reads
   ``masked_m`` itself (no host sync, no second launch), counts the items of the real rows only,
   takes one contiguous range of items (equal counts per program, so routing skew does not matter)
@@ -33,14 +35,20 @@ multiplied by ``1 / scale`` and converted with round-to-nearest-even and saturat
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import logging
+import threading
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-__all__ = ["KernelConfig", "choose_block_c", "choose_config", "launch", "sm_count", "pdl_supported"]
+__all__ = ["KernelConfig", "choose_block_c", "choose_config", "launch", "sm_count", "pdl_supported",
+           "resident_programs_per_sm", "occupancy_records"]
+
+logger = logging.getLogger(__name__)
 
 
 @triton.jit
@@ -173,7 +181,7 @@ def _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts, num_rows, BM: t
     return e_cur, rb, c, m_cur, tiles_cur
 
 
-@triton.jit(do_not_specialize=["num_rows", "s_e", "s_r", "s_g", "limit"])
+@triton.jit(do_not_specialize=["num_experts", "num_rows", "s_e", "s_r", "s_g", "limit"])
 def _silu_mul_quant_kernel(
     x_ptr,  # bf16 [E, N, 2D], contiguous
     m_ptr,  # int32 [E]
@@ -295,16 +303,23 @@ def _silu_mul_quant_kernel(
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """Launch parameters: ``block_m`` rows x ``block_c`` columns per work item, warps, programs per SM."""
+    """Launch parameters: ``block_m`` rows x ``block_c`` columns per work item, warps, programs per SM.
+
+    ``ctas_per_sm`` bounds the programs per SM of one wave; the launcher lowers it to what the compiled
+    kernel keeps resident, then multiplies by ``waves``. ``max_registers`` caps registers per thread
+    (Triton's ``maxnreg``; fewer registers, more resident programs)."""
 
     block_m: int
     block_c: int
     num_warps: int = 4
     ctas_per_sm: int = 8
     prefetch: bool = False
+    max_registers: int | None = None
+    waves: int = 1
 
 
 _MAX_BLOCK_E = 1024
+_MIN_BLOCK_E = 16  # E = 1 ... 16 share one compiled kernel (the masked_m vector is padded, not the work)
 _DECODE_ROWS = 2048
 _TILE_ELEMS = 2048
 
@@ -332,18 +347,23 @@ def choose_config(num_experts: int, max_rows: int, hidden: int, group_size: int,
     only, so that one compiled kernel serves every token count N: work items of 2048 output
     elements (``block_c`` columns, see :func:`choose_block_c`, by ``2048 // block_c`` rows) on 4
     warps. Only the grid (programs per SM) follows N: 4 per SM at decode sizes (at most 2048 real
-    rows expected from the host's bound ``sum(masked_m) <= N * topk``), else 16 per SM for E <= 64
-    and 8 for more experts (every program scans masked_m). From the H200 sweeps recorded in
+    rows expected from the host's bound ``sum(masked_m) <= N * topk``); for E <= 64 two full waves
+    of as many programs as the compiled kernel keeps resident (at most 16 per SM); for more experts
+    one wave of at most 8 per SM (every program scans masked_m). The launcher lowers these bounds to
+    the kernel's residency, so a wave is never split. From the H200 sweeps recorded in
     docs/triton-kernel.md. The row bound only tunes speed: any masked_m is handled.
     """
     block_c = choose_block_c(hidden, group_size)
     block_m = max(1, _TILE_ELEMS // block_c)
     rows_bound = min(num_experts * max_rows, max_rows * max(1, topk))
+    waves = 1
     if rows_bound <= _DECODE_ROWS:
         ctas = 4
+    elif num_experts <= 64:
+        ctas, waves = 16, 2
     else:
-        ctas = 16 if num_experts <= 64 else 8
-    return KernelConfig(block_m=block_m, block_c=block_c, num_warps=4, ctas_per_sm=ctas, prefetch=False)
+        ctas = 8
+    return KernelConfig(block_m=block_m, block_c=block_c, num_warps=4, ctas_per_sm=ctas, prefetch=False, waves=waves)
 
 
 @functools.lru_cache(maxsize=None)
@@ -361,6 +381,48 @@ def pdl_supported(device_index: int) -> bool:
     except ImportError:
         return False
     return major >= 9 and hasattr(tl_cuda, "gdc_wait") and hasattr(tl_cuda, "gdc_launch_dependents")
+
+
+#: (device index, compiled-kernel key) -> (registers per thread, shared bytes, resident programs per SM)
+_OCCUPANCY: dict[tuple, tuple[int, int, int]] = {}
+_OCCUPANCY_LOCK = threading.Lock()
+
+
+def occupancy_records() -> dict[tuple, tuple[int, int, int]]:
+    """What :func:`launch` learnt about each compiled kernel: registers, shared memory, resident
+    programs per SM (a copy; for benchmarks and ``doctor``-style reports)."""
+    with _OCCUPANCY_LOCK:
+        return dict(_OCCUPANCY)
+
+
+@functools.lru_cache(maxsize=1)
+def _libcuda():
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+
+
+def resident_programs_per_sm(compiled, num_warps: int, device_index: int) -> int:
+    """How many programs of ``compiled`` (a Triton ``CompiledKernel``) one SM holds at once: the CUDA
+    occupancy calculator on the kernel's function handle, or, if the driver call is unavailable, the
+    same bound from its registers and shared memory and the device's limits."""
+    threads = num_warps * 32
+    shared = int(getattr(compiled.metadata, "shared", 0) or 0)
+    lib = _libcuda()
+    if lib is not None:
+        blocks = ctypes.c_int(0)
+        status = lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            ctypes.byref(blocks), ctypes.c_void_p(int(compiled.function)), ctypes.c_int(threads), ctypes.c_size_t(shared))
+        if status == 0 and blocks.value > 0:
+            return int(blocks.value)
+    props = torch.cuda.get_device_properties(device_index)
+    regs_per_warp = -(-max(int(compiled.n_regs), 1) * 32 // 256) * 256
+    by_regs = int(getattr(props, "regs_per_multiprocessor", 65536)) // regs_per_warp // num_warps
+    by_threads = int(getattr(props, "max_threads_per_multi_processor", 2048)) // threads
+    smem = int(getattr(props, "shared_memory_per_multiprocessor", 233472))
+    by_shared = smem // (shared + 1024) if shared else by_threads
+    return max(1, min(by_regs, by_threads, by_shared, 32))
 
 
 def launch(
@@ -393,28 +455,18 @@ def launch(
     num_chunks = -(-hidden // block_c)
     max_items = num_experts * (-(-num_rows // config.block_m)) * num_chunks
     on_gpu = gateup.device.type == "cuda"
+    index = 0
     if on_gpu:
         index = gateup.device.index if gateup.device.index is not None else torch.cuda.current_device()
-        programs = sm_count(index) * config.ctas_per_sm
         use_pdl = bool(pdl) and pdl_supported(index)
     else:  # Triton's CPU interpreter (TRITON_INTERPRET=1), used by the CPU tests
-        programs = 3
         use_pdl = False
-    block_e = min(_next_pow2(num_experts), _MAX_BLOCK_E)
-    grid = (max(1, min(max_items, programs)),)
+    block_e = min(max(_next_pow2(num_experts), _MIN_BLOCK_E), _MAX_BLOCK_E)
     s_e, s_r, s_g = scale.stride()
     extra = {"launch_pdl": True} if use_pdl else {}
-    _silu_mul_quant_kernel[grid](
-        gateup,
-        masked_m,
-        out,
-        scale,
-        num_experts,
-        num_rows,
-        s_e,
-        s_r,
-        s_g,
-        float(swiglu_limit) if swiglu_limit is not None else 0.0,
+    args = (gateup, masked_m, out, scale, num_experts, num_rows, s_e, s_r, s_g,
+            float(swiglu_limit) if swiglu_limit is not None else 0.0)
+    constexprs = dict(
         D=hidden,
         GS=group_size,
         G=groups,
@@ -435,3 +487,38 @@ def launch(
         num_stages=1,
         **extra,
     )
+    if config.max_registers is not None:
+        constexprs["maxnreg"] = int(config.max_registers)
+    if on_gpu:
+        per_sm = min(config.ctas_per_sm, _resident(index, args, constexprs, config.num_warps)) * max(1, config.waves)
+        programs = sm_count(index) * per_sm
+    else:
+        programs = 3
+    grid = (max(1, min(max_items, programs)),)
+    _silu_mul_quant_kernel[grid](*args, **constexprs)
+
+
+def _resident(index: int, args: tuple, constexprs: dict, num_warps: int) -> int:
+    """Resident programs per SM of the kernel these arguments compile to (cached per specialisation:
+    the first call compiles it through ``warmup`` without launching). A persistent grid larger than
+    this would run in two waves, the second holding a full share of the work."""
+    dtypes = tuple(str(a.dtype) for a in args[:4])
+    key = (index, dtypes, tuple(sorted((k, v) for k, v in constexprs.items())))
+    with _OCCUPANCY_LOCK:
+        hit = _OCCUPANCY.get(key)
+    if hit is not None:
+        return hit[2]
+    try:
+        compiled = _silu_mul_quant_kernel.warmup(*args, grid=(1,), **constexprs)
+        compiled._init_handles()
+        record = (int(compiled.n_regs), int(getattr(compiled.metadata, "shared", 0) or 0),
+                  resident_programs_per_sm(compiled, num_warps, index))
+    except Exception as exc:  # noqa: BLE001 - a Triton without warmup/n_regs: keep the configured grid
+        logger.debug("triton silu_mul_quant: occupancy unknown (%s); using the configured grid", exc)
+        record = (0, 0, 1 << 30)
+    with _OCCUPANCY_LOCK:
+        _OCCUPANCY[key] = record
+    logger.debug("triton silu_mul_quant: %s registers, %s B shared, %s resident programs per SM for %s",
+                 record[0], record[1], record[2], key[2])
+    return record[2]
+
