@@ -42,17 +42,19 @@ def _next_pow2(n: int) -> int:
 
 
 def choose_tiling(num_tokens: int, hidden: int, group_size: int, *, packed_fp4: bool = False) -> PreDispatchTiling:
-    """Tile sizes from the H200 sweep in ``benchmarks/results/mega_pre_dispatch_h200.json``: up to 1024
-    columns (whole groups) and 4 warps per program; rows per program 4 at large batches; at small ones
-    2 for FP8 (T=64, H=7168: 1.65 us vs 1.73 with 1 row) and 1 for MXFP4 (1.77 us vs 1.93 with 2)."""
+    """Tile sizes from the H200 sweeps in ``benchmarks/results/mega_pre_dispatch_h200*.json``: 4 warps
+    and up to 1024 columns (whole groups) per program, 4 rows from T = 1024 on (T = 8192: 27.1 us,
+    0.89 of the copy ceiling); 2 rows x 2048 columns on 8 warps for 256 <= T < 1024 (T = 512: 2.86 us
+    vs 3.04 with 4 x 1024); at small T 2 rows for FP8 (T = 64, H = 7168: 1.65 us vs 1.73 with 1 row)
+    and 1 for MXFP4 (1.77 us vs 1.93 with 2)."""
     block_cols = max(group_size, min(1024, _next_pow2(hidden)))
+    if num_tokens >= 1024:
+        return PreDispatchTiling(4, block_cols, 4)
     if num_tokens >= 256:
-        block_tokens = 4
-    elif packed_fp4 or num_tokens <= 1:
-        block_tokens = 1
-    else:
-        block_tokens = 2
-    return PreDispatchTiling(block_tokens, block_cols, 4)
+        return PreDispatchTiling(2, max(group_size, min(2048, _next_pow2(hidden))), 8)
+    if packed_fp4 or num_tokens <= 1:
+        return PreDispatchTiling(1, block_cols, 4)
+    return PreDispatchTiling(2, block_cols, 4)
 
 
 @functools.lru_cache(maxsize=1)
