@@ -9,7 +9,13 @@ Run from the repository root (the lead runs these):
     MOE_FUZZ_PROFILE=long MOE_FUZZ_SEED=20261130 MOE_FUZZ_SUMMARY=tests/fuzz_runs/gpu-long.json \
         PYTHONPATH=. python -m pytest -q tests/gpu/test_fuzz_cuda.py -p no:cacheprovider --hypothesis-show-statistics
 
-The CI profile runs 150 cases per plugin (``MOE_FUZZ_EXAMPLES`` overrides). The first cases of each
+The CI profile runs 150 cases per plugin (``MOE_FUZZ_EXAMPLES`` overrides). ``MOE_FUZZ_SHARD=k/W`` runs
+only shard k of W (case i belongs to shard i % W; with hypothesis, shard k draws its share of the cases
+from seed ``MOE_FUZZ_SEED * 1000 + k``): ``tests/gpu/run_long_fuzz.py`` runs W shards in parallel
+processes and merges their summaries, which is how the 10,000-case run fits the device's time limit
+(most of the time is Triton compiling one kernel per hidden size and flag combination; for the same
+reason the long profile draws hidden sizes from ``fuzz_cases.COMPACT_GROUPS``, ``MOE_FUZZ_COMPACT=0`` turns
+that off). The first cases of each
 shape family compile a Triton kernel, so the first minutes are compile-bound. Without hypothesis on the
 machine, the same case distribution is drawn from a seeded ``random.Random`` (no shrinking).
 """
@@ -39,6 +45,20 @@ from sglang_moe_plugins.testing.tolerance import STRICT, compare_with_fp64, pois
 
 pytestmark = pytest.mark.gpu
 EXAMPLES = int(os.environ.get("MOE_FUZZ_EXAMPLES", 150 if PROFILE == "ci" else 10_000))
+
+
+def _shard() -> tuple[int, int]:
+    raw = os.environ.get("MOE_FUZZ_SHARD", "0/1")
+    try:
+        index, count = (int(part) for part in raw.split("/"))
+    except ValueError:
+        raise ValueError(f"MOE_FUZZ_SHARD={raw!r}: expected 'k/W' with 0 <= k < W") from None
+    if not 0 <= index < count:
+        raise ValueError(f"MOE_FUZZ_SHARD={raw!r}: expected 'k/W' with 0 <= k < W")
+    return index, count
+
+
+SHARD_INDEX, SHARD_COUNT = _shard()
 STATS: Counter = Counter()
 WORST: dict[str, float] = {}
 
@@ -53,16 +73,24 @@ def _cuda_plugins():
 CUDA_PLUGINS = _cuda_plugins()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _summary():
-    start = time.time()
-    yield
+#: The long profile on the GPU machine draws hidden sizes from fuzz_cases.COMPACT_GROUPS (compile time)
+COMPACT = os.environ.get("MOE_FUZZ_COMPACT", "1" if PROFILE == "long" else "0") == "1"
+_START = time.time()
+
+
+def _write_summary() -> None:
     path = os.environ.get("MOE_FUZZ_SUMMARY")
     if path:
         with open(path, "w") as handle:
-            json.dump({"profile": PROFILE, "seed": SEED, "device": torch.cuda.get_device_name(),
-                       "seconds": round(time.time() - start, 1), "counts": dict(sorted(STATS.items())), "worst": WORST},
-                      handle, indent=2)
+            json.dump({"profile": PROFILE, "seed": SEED, "shard": f"{SHARD_INDEX}/{SHARD_COUNT}", "compact": COMPACT,
+                       "device": torch.cuda.get_device_name(), "seconds": round(time.time() - _START, 1),
+                       "counts": dict(sorted(STATS.items())), "worst": WORST}, handle, indent=2)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _summary():
+    yield
+    _write_summary()
 
 
 def check_case(plugin, case) -> None:
@@ -85,6 +113,7 @@ def check_case(plugin, case) -> None:
     selector = Selector(Registry.from_plugins([plugin], parse_config({"force": {smq.OP: plugin.name}})))
     result = selector.dispatch(smq.OP, inputs, shape, config, outputs=outputs)
     torch.cuda.synchronize()
+    STATS[f"{plugin.name}: real rows"] += int(real.sum())
     if real.any():
         assert not torch.isnan(result.out.float().cpu()[real]).any(), "a real row was not written"
     tolerance = STRICT if plugin.name == "reference" else tolerance_for(config)
@@ -95,11 +124,11 @@ def check_case(plugin, case) -> None:
 
 
 if fc.HAVE_HYPOTHESIS:
-    from hypothesis import given, note
+    from hypothesis import given, note, seed
 
     @pytest.mark.parametrize("plugin", CUDA_PLUGINS, ids=[p.name for p in CUDA_PLUGINS])
-    @fc.seeded
-    @fc.fuzz_settings(EXAMPLES)
+    @(seed(int(SEED) * 1000 + SHARD_INDEX) if SEED is not None and SHARD_COUNT > 1 else fc.seeded)
+    @fc.fuzz_settings(-(-EXAMPLES // SHARD_COUNT))
     @given(case=fc.smq_calls())
     def test_fuzz_silu_mul_quant_cuda_plugins(plugin, case):
         note(repr(case))
@@ -107,17 +136,21 @@ if fc.HAVE_HYPOTHESIS:
 
 else:  # no hypothesis on this machine: the same cases from a seeded random.Random, no shrinking
 
-    @pytest.mark.parametrize("plugin", CUDA_PLUGINS, ids=[p.name for p in CUDA_PLUGINS])
-    def test_fuzz_silu_mul_quant_cuda_plugins(plugin):
+    def test_fuzz_silu_mul_quant_cuda_plugins():
+        # every CUDA plugin on each case in turn, so that an interrupted run has checked all of them
+        # on the same cases
         import random
 
         base = int(SEED) if SEED is not None else 20261130
-        for i in range(EXAMPLES):
-            case = fc.draw_case(random.Random(base * 100_003 + i))
-            try:
-                check_case(plugin, case)
-            except BaseException as exc:
-                raise AssertionError(f"case {i} (MOE_FUZZ_SEED={base}): {case!r}: {exc}") from exc
+        for n, i in enumerate(range(SHARD_INDEX, EXAMPLES, SHARD_COUNT)):
+            case = fc.draw_case(random.Random(base * 100_003 + i), compact=COMPACT)
+            for plugin in CUDA_PLUGINS:
+                try:
+                    check_case(plugin, case)
+                except Exception as exc:  # not KeyboardInterrupt: run_long_fuzz.py stops shards with SIGINT
+                    raise AssertionError(f"{plugin.name}: case {i} (MOE_FUZZ_SEED={base}): {case!r}: {exc}") from exc
+            if n % 250 == 249:
+                _write_summary()  # progress survives a kill
 
 
 def test_triton_is_fuzzed_when_available():
