@@ -48,6 +48,17 @@ TOP_K = 6  # DeepSeek-V4 (routed only)
 SHAPES = [(1, 4096), (16, 4096), (64, 4096), (64, 7168), (512, 4096), (2048, 4096), (2048, 7168), (8192, 4096), (8192, 7168)]
 SWEEP_LARGE = [(2, 1024, 4), (4, 1024, 4), (8, 1024, 4), (8, 1024, 8), (8, 512, 4), (16, 512, 4), (4, 2048, 8)]
 SWEEP_SMALL = [(1, 1024, 4), (2, 1024, 4), (4, 1024, 4), (2, 512, 4), (1, 512, 4)]
+SWEEP_MID = [(2, 1024, 4), (4, 512, 4), (4, 1024, 4), (4, 1024, 8), (1, 2048, 8), (2, 2048, 8), (1, 4096, 8),
+             (8, 1024, 8), (1, 4096, 16), (2, 4096, 16), (1, 8192, 16)]
+SWEEP_SMALL2 = [(1, 1024, 4), (2, 512, 4), (4, 1024, 4), (1, 2048, 8), (1, 4096, 16), (2, 4096, 16)]
+#: (variant, tokens, hidden, tilings) of the sweep; ``--sweep-set 1`` is the first session's sweep
+SWEEP_SETS = {
+    "1": [(v, t, h, tl) for v in ("fp8xfp4", "mxf4xmxf4")
+          for t, h, tl in [(8192, 4096, SWEEP_LARGE), (64, 7168, SWEEP_SMALL), (1, 4096, SWEEP_SMALL)]],
+    "2": [(v, t, h, tl) for v in ("fp8xfp4", "sm90_fp8", "mxf4xmxf4")
+          for t, h, tl in [(512, 4096, SWEEP_MID), (64, 4096, SWEEP_SMALL2), (2048, 7168, SWEEP_MID),
+                           (8192, 4096, SWEEP_MID)]],
+}
 
 
 def build_sglang_jit(jit_root: pathlib.Path) -> Any:
@@ -156,6 +167,7 @@ def main() -> int:
     parser.add_argument("--jit-root", type=pathlib.Path, default=None)
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path(os.environ.get("OUT", "/tmp")))
     parser.add_argument("--no-sweep", action="store_true")
+    parser.add_argument("--sweep-set", default="2", choices=sorted(SWEEP_SETS))
     parser.add_argument("--budget-s", type=float, default=1e9, help="skip the remaining sections after this many seconds")
     args = parser.parse_args()
     started = time.time()
@@ -262,28 +274,32 @@ def main() -> int:
     # -- tiling sweep (to set choose_tiling) ---------------------------------------------------------
     sweep = []
     if not args.no_sweep:
-        for variant in ("fp8xfp4", "mxf4xmxf4"):
-            for tokens, hidden, tilings in [(8192, 4096, SWEEP_LARGE), (64, 7168, SWEEP_SMALL), (1, 4096, SWEEP_SMALL)]:
-                if time.time() - started > args.budget_s:
-                    report["sweep_skipped"] = "time budget"
-                    break
-                sets = [(*inputs(tokens, hidden, seed=2 + i), buffers(variant, hidden)) for i in range(1 if tokens <= 256 else 4)]
-                floor_us = moved_bytes(variant, tokens, hidden) / copy * 1e6
-                best = None
-                for bt, bc, nw in tilings:
-                    tiling = PreDispatchTiling(bt, bc, nw)
-                    fns = [(lambda st=st: pre_dispatch(st[0], st[1], st[2], *st[3], variant=variant, tiling=tiling)) for st in sets]
-                    try:
-                        us = time_graph(fns)
-                    except Exception as exc:  # noqa: BLE001
-                        sweep.append({"variant": variant, "T": tokens, "H": hidden, "tiling": [bt, bc, nw], "error": str(exc)[:200]})
-                        continue
-                    sweep.append({"variant": variant, "T": tokens, "H": hidden, "tiling": [bt, bc, nw], "us": round(us, 2),
-                                  "frac": round(floor_us / us, 3)})
-                    if best is None or us < best[0]:
-                        best = (round(us, 2), [bt, bc, nw])
-                print(f"sweep {variant} T={tokens} H={hidden}: best {best}", flush=True)
-                del sets
+        for variant, tokens, hidden, tilings in SWEEP_SETS[args.sweep_set]:
+            if time.time() - started > args.budget_s:
+                report["sweep_skipped"] = "time budget"
+                break
+            sets = [(*inputs(tokens, hidden, seed=2 + i), buffers(variant, hidden)) for i in range(1 if tokens <= 256 else 4)]
+            floor_us = moved_bytes(variant, tokens, hidden) / copy * 1e6
+            best = None
+            for bt, bc, nw in tilings:
+                tiling = PreDispatchTiling(bt, bc, nw)
+                fns = [(lambda st=st: pre_dispatch(st[0], st[1], st[2], *st[3], variant=variant, tiling=tiling)) for st in sets]
+                try:
+                    us = time_graph(fns)
+                except Exception as exc:  # noqa: BLE001
+                    sweep.append({"variant": variant, "T": tokens, "H": hidden, "tiling": [bt, bc, nw], "error": str(exc)[:200]})
+                    continue
+                sweep.append({"variant": variant, "T": tokens, "H": hidden, "tiling": [bt, bc, nw], "us": round(us, 2),
+                              "frac": round(floor_us / us, 3)})
+                if best is None or us < best[0]:
+                    best = (round(us, 2), [bt, bc, nw])
+            if jit is not None and variant == "fp8xfp4":  # SGLang's kernel on the same shape, same run
+                fns = [(lambda st=st: jit.run(st[0], st[1], st[2], *st[3], None, 0)) for st in sets]
+                us = time_graph(fns, stream_ctx)
+                sweep.append({"variant": variant, "T": tokens, "H": hidden, "tiling": "sglang_jit", "us": round(us, 2),
+                              "frac": round(floor_us / us, 3)})
+            print(f"sweep {variant} T={tokens} H={hidden}: best {best}", flush=True)
+            del sets
     report["sweep"] = sweep
     save()
 

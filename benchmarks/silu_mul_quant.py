@@ -338,6 +338,10 @@ class Paths:
         return "ue8m0_packed" if case.ue8m0 else "row_major"
 
     def jit_via(self, case: Case) -> Optional[str]:
+        # SGLang's kernel as SGLang calls it ("raw"); the jit_ep plugin adds a masked_m clamp kernel in
+        # front (the op's defined result for masked_m outside [0, N]), timed separately as jit_ep_plugin
+        if self.host is not None and case.jit_reason() is None:
+            return "raw"
         if self.jit_plugin is not None:
             shape, config = self._meta(case, self.jit_layout(case))
             try:
@@ -380,6 +384,8 @@ class Paths:
         return case.layout
 
     def fb_via(self, case: Case) -> Optional[str]:
+        if self.host is not None and not case.swizzle and case.limit is None:
+            return "raw"  # SGLang's default path as SGLang calls it (the plugin adds a masked_m clamp)
         if self.fb_plugin is not None:
             shape, config = self._meta(case, self.fb_layout(case))
             try:
@@ -469,6 +475,9 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log) -> dict:
     if fb_via:
         timed.append(("fp8_fallback", paths.fb_layout(case),
                       lambda xs, o: paths.run_fb(xs, masked_m, o, case, fb_via)))
+    if jit_via == "raw" and paths.jit_plugin is not None:
+        timed.append(("jit_ep_plugin", paths.jit_layout(case),
+                      lambda xs, o: paths.run_jit(xs, masked_m, o, case, "plugin")))
     timed.append(("triton_nopdl", case.layout, lambda xs, o: paths.run_triton(xs, masked_m, o, case, pdl=False)))
     if jit_via and paths.host_nopdl is not None:
         timed.append(("jit_ep_nopdl", paths.jit_layout(case), lambda xs, o: paths.run_jit_nopdl(xs, masked_m, o, case)))
@@ -489,6 +498,24 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log) -> dict:
         except Exception as exc:
             res["paths"][name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
             log(traceback.format_exc())
+    # a plain device copy moving the same bytes (half read, half written), rotated the same way: what
+    # the copy engine reaches at this size (launch and ramp-up included), next to the 1 GiB ceiling
+    try:
+        # exact bytes, rounded down to 4 KiB: a copy of an odd byte count (the float floor loses a byte)
+        # ran at 0.55-0.62 of the ceiling in the 2026-11-30 run, aligned ones at 0.71-1.00
+        G = case.D // case.gs
+        exact = rows * (5 * case.D + (G if case.ue8m0 else 4 * G))
+        half = max(4096, exact // 2 // 4096 * 4096)
+        srcs = [torch.empty(half, dtype=torch.uint8, device="cuda") for _ in range(nsets)]
+        dsts = [torch.empty(half, dtype=torch.uint8, device="cuda") for _ in range(nsets)]
+        us = graph_time_us([(lambda a=a, b=b: b.copy_(a)) for a, b in zip(srcs, dsts)])
+        res["paths"]["copy_same_bytes"] = {"us": us, "frac": fl / us}
+        del srcs, dsts
+    except Exception as exc:
+        res["paths"]["copy_same_bytes"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    from sglang_moe_plugins.plugins._triton_silu_mul_quant import occupancy_records
+
+    res["triton_occupancy"] = [list(v) for k, v in occupancy_records().items() if ("D", case.D) in k[2]]
     if case.name in REFERENCE_TIMED:
         shape, config = paths.shape_config(sets[0], masked_m, case)
         o = allocate_outputs(shape, config, sets[0].device)
@@ -548,14 +575,27 @@ def warm_job(case: Case, kcfg: Optional[dict] = None, pdl: bool = True) -> tuple
 #: the first seven, the v3 sweep the last four.
 SWEEP_CASES = ["DSV3 EP8 prefill", "DSV4-Pro EP8 prefill ue8m0", "Qwen3-235B EP4 prefill", "Qwen3-30B EP1 prefill",
                "Qwen3-Next EP1 prefill", "DSV4-Flash EP8 decode", "Qwen3.5-35B EP2 prefill",
-               "Qwen3-Next EP1 decode", "Qwen3-30B EP1 decode", "issue E=64 D=4096 limit"]
+               "Qwen3-Next EP1 decode", "Qwen3-30B EP1 decode", "issue E=64 D=4096 limit",
+               "Kimi-K2 EP8 prefill", "Mixtral EP1 prefill", "DSV4-Flash EP8 decode 768"]
 
 
-def sweep_variants(case: Case) -> list[dict]:
+def sweep_variants(case: Case, sweep_set: str = "1") -> list[dict]:
     from sglang_moe_plugins.plugins._triton_silu_mul_quant import choose_config
 
     base = choose_config(case.E, case.N, case.D, case.gs, case.topk)
     out = []
+    if sweep_set == "2":  # register caps and waves (session 2, after the occupancy-capped grid)
+        bc = base.block_c
+        for elems, warps in ((2048, 4), (4096, 8)):
+            bm = max(1, elems // bc)
+            for prefetch in (False, True):
+                for regs in (None, 32, 40):
+                    for waves in (1, 2):
+                        if prefetch and waves == 2:
+                            continue
+                        out.append(dict(block_m=bm, block_c=bc, num_warps=warps, ctas_per_sm=16, prefetch=prefetch,
+                                        max_registers=regs, waves=waves))
+        return out
     for elems, warps in ((2048, 4), (4096, 4), (4096, 8), (8192, 8)):
         for prefetch in (False, True):
             bc = base.block_c
@@ -565,10 +605,12 @@ def sweep_variants(case: Case) -> list[dict]:
     return out
 
 
-def run_sweep(paths: Paths, bw: float, l2: int, log) -> list[dict]:
+def run_sweep(paths: Paths, bw: float, l2: int, log, names: list[str], sweep_set: str = "1") -> list[dict]:
+    from sglang_moe_plugins.plugins._triton_silu_mul_quant import occupancy_records
+
     results = []
     by_name = {c.name: c for c in CASES}
-    for name in SWEEP_CASES:
+    for name in names:
         case = by_name[name]
         m_cpu = masked_counts(case)
         rows = int(m_cpu.sum())
@@ -582,13 +624,16 @@ def run_sweep(paths: Paths, bw: float, l2: int, log) -> list[dict]:
         outs = [allocate_outputs(shape, config, sets[0].device) for _ in sets]
         from sglang_moe_plugins.plugins._triton_silu_mul_quant import KernelConfig
 
-        for var in sweep_variants(case):
+        for var in sweep_variants(case, sweep_set):
             kcfg = KernelConfig(**var)
             try:
                 calls = [(lambda xs=xs, o=o: paths.run_triton(xs, masked_m, o, case, kcfg=kcfg))
                          for xs, o in zip(sets, outs)]
+                known = set(occupancy_records())
                 us = graph_time_us(calls, target_ms=20.0)
-                results.append({"case": name, "cfg": var, "us": us, "frac": fl / us})
+                new = [v for k, v in occupancy_records().items() if k not in known]
+                results.append({"case": name, "cfg": var, "us": us, "frac": fl / us,
+                                "regs_shared_resident": new[0] if new else None})
             except Exception as exc:
                 results.append({"case": name, "cfg": var, "error": str(exc)[:200]})
         best = min((r for r in results if r["case"] == name and "us" in r), key=lambda r: r["us"], default=None)
@@ -603,10 +648,11 @@ def fmt_table(results: list[dict], bw: float, device: str, date: str) -> str:
     lines = [f"# silu_mul_quant on {device}, {date}", "",
              f"Copy ceiling (device-to-device, read + write): {bw / 1e12:.2f} TB/s. Times: median per call over "
              "CUDA-graph replays, inputs rotated beyond L2. frac = floor / time. x_jit = jit_ep time / triton time "
-             "(triton in jit_ep's layout).", "",
+             "(triton in jit_ep's layout). same-bytes copy: a plain device copy moving the case's floor bytes, timed "
+             "the same way (what a copy reaches at this size).", "",
              "| case | E | N | D | rows | scales | limit | floor us | triton us (frac) | jit_ep us (frac) | x_jit "
-             "| fp8_fallback us (frac) | reference us | check |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| fp8_fallback us (frac) | same-bytes copy us (frac) | reference us | check |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         c = r["case"]
         p = r["paths"]
@@ -635,12 +681,12 @@ def fmt_table(results: list[dict], bw: float, device: str, date: str) -> str:
         ref = f"{p['reference']['us']:.0f}" if "us" in p.get("reference", {}) else "-"
         lines.append(f"| {c['name']} | {c['E']} | {c['N']} | {c['D']} | {r['rows']} | {scales} | {c['limit'] or '-'} "
                      f"| {r['floor_us']:.2f} | {cell('triton')} | {jit_cell} | {ratio} | {cell('fp8_fallback')} "
-                     f"| {ref} | {ok} |")
+                     f"| {cell('copy_same_bytes')} | {ref} | {ok} |")
     return "\n".join(lines)
 
 
 def summarize(results: list[dict]) -> dict:
-    ratios, decode, big, rejected, skew = [], [], [], [], {}
+    ratios, decode, big, rejected, skew, plugin_ratios = [], [], [], [], {}, []
     for r in results:
         c, p = r["case"], r["paths"]
         tri = p.get("triton", {})
@@ -648,6 +694,8 @@ def summarize(results: list[dict]) -> dict:
             t = p.get("triton_rm" if c["layout"] == "column_major" else "triton", {})
             if "us" in t:
                 ratios.append((c["name"], p["jit_ep"]["us"] / t["us"]))
+                if "us" in p.get("jit_ep_plugin", {}):
+                    plugin_ratios.append((c["name"], p["jit_ep_plugin"]["us"] / t["us"]))
         if "us" not in tri:
             continue
         if r["rows"] <= 512:
@@ -663,6 +711,9 @@ def summarize(results: list[dict]) -> dict:
     return {
         "vs_jit": {"per_case": ratios, "min": min((x for _, x in ratios), default=None), "geomean": geo,
                    "target": "every >= 1.0, geomean >= 1.2"},
+        "vs_jit_ep_plugin": {"per_case": plugin_ratios, "min": min((x for _, x in plugin_ratios), default=None),
+                             "geomean": math.exp(sum(math.log(x) for _, x in plugin_ratios) / len(plugin_ratios))
+                             if plugin_ratios else float("nan"), "use": "default priorities (what selection compares)"},
         "decode_us": {"per_case": decode, "max": max((x for _, x in decode), default=None), "target": "<= 6 us"},
         "big_frac": {"per_case": big, "min": min((x for _, x in big), default=None), "target": ">= 0.90"},
         "jit_rejected_frac": {"per_case": rejected, "min": min((x for _, x in rejected), default=None),
@@ -699,6 +750,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     ap.add_argument("--sweep", action="store_true", help="also time kernel configuration variants")
+    ap.add_argument("--sweep-only", action="store_true", help="only the sweep (no table)")
+    ap.add_argument("--sweep-cases", default="", help="comma-separated sweep case names (default: SWEEP_CASES)")
+    ap.add_argument("--sweep-set", default="1", choices=["1", "2"], help="1: tiles x CTAs x prefetch; 2: register caps x waves")
     ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
     ap.add_argument("--no-host", action="store_true", help="skip SGLang's kernels")
     ap.add_argument("--compile-host", default="", help="only compile SGLang's modules into this directory")
@@ -748,11 +802,15 @@ def main() -> None:
         except Exception:
             log("host kernels unavailable:\n" + traceback.format_exc())
     # Triton warm-up (compilation) in parallel processes
+    sweep_names = [n for n in args.sweep_cases.split(",") if n] or SWEEP_CASES
+    if args.sweep_only:
+        args.sweep, cases = True, []
     jobs = [warm_job(c) for c in cases] + [warm_job(c, pdl=False) for c in cases]
     if args.sweep:
         by_name = {c.name: c for c in CASES}
-        for name in SWEEP_CASES:
-            jobs += [warm_job(by_name[name], v) for v in sweep_variants(by_name[name]) if v["ctas_per_sm"] == 4]
+        for name in sweep_names:
+            jobs += [warm_job(by_name[name], v) for v in sweep_variants(by_name[name], args.sweep_set)
+                     if v["ctas_per_sm"] == 4 or args.sweep_set == "2"]
     log(f"triton warm-up of {len(jobs)} specialisations: {parallel_warm(jobs, args.workers):.1f}s")
 
     if host is not None:  # the jit_ep / fp8_fallback plugins find SGLang's kernels through this override
@@ -769,10 +827,15 @@ def main() -> None:
     bw = copy_bandwidth()
     log(f"copy bandwidth {bw / 1e12:.3f} TB/s, L2 {l2 >> 20} MiB")
     paths = Paths(host, host_nopdl)
-    log(f"jit_ep via {'plugin' if paths.jit_plugin else 'raw kernel'}; "
-        f"fp8_fallback via {'plugin' if paths.fb_plugin else 'raw kernel'}")
+    log("jit_ep / fp8_fallback columns: SGLang's kernels called as SGLang calls them (raw); the plugins where "
+        f"the raw call cannot run the case (jit_ep plugin {'present' if paths.jit_plugin else 'absent'}, "
+        f"fp8_fallback plugin {'present' if paths.fb_plugin else 'absent'}); jit_ep_plugin: through the jit_ep plugin")
 
-    sweep = run_sweep(paths, bw, l2, log) if args.sweep else []
+    sweep = run_sweep(paths, bw, l2, log, sweep_names, args.sweep_set) if args.sweep else []
+    if args.sweep_only:
+        (out / "sweep.json").write_text(json.dumps({"device": device, "date": date, "copy_TBps": bw / 1e12,
+                                                    "sweep": sweep}, indent=1, default=str))
+        return
     (out / "partial.json").write_text(json.dumps({"copy_TBps": bw / 1e12, "sweep": sweep}, default=str))
     results = []
     for case in cases:
