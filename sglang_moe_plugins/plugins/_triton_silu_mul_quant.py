@@ -6,9 +6,9 @@ only; compilation happens on the first launch of a given specialisation.
 
 Design (see ``docs/triton-kernel.md`` for the measurements behind it):
 
-- Persistent grid sized to the device (``ctas_per_sm`` programs per SM, capped at the number of
-  programs the compiled kernel can keep resident per SM, so that the grid is one wave), independent
-  of the data.
+- Persistent grid sized to the device in whole waves: ``ctas_per_sm`` programs per SM, capped at
+  the number the compiled kernel keeps resident per SM (so no wave is split), times ``waves``;
+  independent of the data.
 - Work items are ``(expert, block of BM real rows, chunk of BC columns)``. Every program reads
   ``masked_m`` itself (no host sync, no second launch), counts the items of the real rows only,
   takes one contiguous range of items (equal counts per program, so routing skew does not matter)
@@ -500,8 +500,9 @@ def launch(
 
 def _resident(index: int, args: tuple, constexprs: dict, num_warps: int) -> int:
     """Resident programs per SM of the kernel these arguments compile to (cached per specialisation:
-    the first call compiles it through ``warmup`` without launching). A persistent grid larger than
-    this would run in two waves, the second holding a full share of the work."""
+    the first call compiles it through ``warmup`` without launching). A per-SM count above this
+    splits the grid into a full wave and a partial one that runs at low occupancy (Kimi-K2 EP8
+    prefill: 16 launched, 12 resident, 51 us instead of 45)."""
     dtypes = tuple(str(a.dtype) for a in args[:4])
     key = (index, dtypes, tuple(sorted((k, v) for k, v in constexprs.items())))
     with _OCCUPANCY_LOCK:
