@@ -1,12 +1,14 @@
 """Run the long CUDA fuzz (tests/gpu/test_fuzz_cuda.py, 10,000 cases per CUDA plugin) as W parallel
 shards and merge their summaries into one JSON. Run from the repository root on the GPU machine:
 
-    PYTHONPATH=$PWD:$PWD/tests python tests/gpu/run_long_fuzz.py --seed 20261130 --shards 12 \
-        --out tests/fuzz_runs/gpu-long-seed20261130.json
+    PYTHONPATH=$PWD:$PWD/tests python tests/gpu/run_long_fuzz.py --seed 20261130 --shards 14 \
+        --out tests/fuzz_runs/<date>-gpu-long-seed20261130.json
 
-Each shard is its own pytest process on the same GPU (``MOE_FUZZ_SHARD=k/W``); Triton's on-disk cache is
-shared, so a kernel compiled by one shard is reused by the others. Exit status: 0 when every shard
-passed, else 1 (the failing shard's log is printed). Logs go next to the summary (``<out>.shardK.log``).
+First every kernel the compact long profile can ask for is compiled in parallel (Triton's on-disk cache
+is then shared by the shards). Each shard is its own pytest process on the same GPU (``MOE_FUZZ_SHARD=k/W``)
+with one CPU thread; it writes its tallies every 250 cases. On SIGTERM (e.g. ``timeout``) the shards are
+stopped with SIGINT and the summary says ``interrupted``. Exit status: 0 when every shard passed, else 1
+(the failing shard's log is printed). Logs go next to the summary (``<out>.shardK.log``).
 """
 
 from __future__ import annotations

@@ -4,20 +4,19 @@ forced (no fallback hides a failure), against the fp64 tolerance policy. Skipped
 
 Run from the repository root (the lead runs these):
 
-    PYTHONPATH=. python -m pytest -q tests/gpu/test_fuzz_cuda.py --hypothesis-show-statistics
-    # the long run (10,000 cases per plugin), recorded like the CPU run in tests/fuzz_runs/:
-    MOE_FUZZ_PROFILE=long MOE_FUZZ_SEED=20261130 MOE_FUZZ_SUMMARY=tests/fuzz_runs/gpu-long.json \
-        PYTHONPATH=. python -m pytest -q tests/gpu/test_fuzz_cuda.py -p no:cacheprovider --hypothesis-show-statistics
+    PYTHONPATH=.:tests python -m pytest -q tests/gpu/test_fuzz_cuda.py --hypothesis-show-statistics
+    # the long run (10,000 cases per plugin) as parallel shards, merged into one summary:
+    PYTHONPATH=$PWD:$PWD/tests python tests/gpu/run_long_fuzz.py --seed 20261130 --shards 14 \
+        --out tests/fuzz_runs/<date>-gpu-long-seed20261130.json
 
 The CI profile runs 150 cases per plugin (``MOE_FUZZ_EXAMPLES`` overrides). ``MOE_FUZZ_SHARD=k/W`` runs
 only shard k of W (case i belongs to shard i % W; with hypothesis, shard k draws its share of the cases
-from seed ``MOE_FUZZ_SEED * 1000 + k``): ``tests/gpu/run_long_fuzz.py`` runs W shards in parallel
-processes and merges their summaries, which is how the 10,000-case run fits the device's time limit
-(most of the time is Triton compiling one kernel per hidden size and flag combination; for the same
-reason the long profile draws hidden sizes from ``fuzz_cases.COMPACT_GROUPS``, ``MOE_FUZZ_COMPACT=0`` turns
-that off). The first cases of each
-shape family compile a Triton kernel, so the first minutes are compile-bound. Without hypothesis on the
-machine, the same case distribution is drawn from a seeded ``random.Random`` (no shrinking).
+from seed ``MOE_FUZZ_SEED * 1000 + k``); ``tests/gpu/run_long_fuzz.py`` runs the shards in parallel
+processes (one CPU thread each: the fp64 comparison is the per-case cost), compiles the kernels up front
+and merges the summaries. Every hidden size compiles its own Triton kernel, so the long profile draws
+hidden sizes from ``fuzz_cases.COMPACT_GROUPS`` (``MOE_FUZZ_COMPACT=0`` turns that off). Without
+hypothesis on the machine, the same case distribution is drawn from a seeded ``random.Random`` (no
+shrinking), and each case is checked on every CUDA plugin in turn.
 """
 
 from __future__ import annotations
