@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     parser.add_argument("--examples", type=int, default=10_000, help="cases per plugin, over all shards")
     parser.add_argument("--out", type=Path, required=True, help="merged summary (JSON)")
+    parser.add_argument("--test-file", type=Path, default=HERE / "test_fuzz_cuda.py", help=argparse.SUPPRESS)
     parser.add_argument("--no-prewarm", dest="prewarm", action="store_false",
                         help="skip compiling the compact profile's kernels up front")
     args = parser.parse_args(argv)
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ, **threads, MOE_FUZZ_PROFILE="long", MOE_FUZZ_SEED=str(args.seed),
                    MOE_FUZZ_EXAMPLES=str(args.examples), MOE_FUZZ_SHARD=f"{k}/{args.shards}",
                    MOE_FUZZ_SUMMARY=str(summary))
-        cmd = [sys.executable, "-m", "pytest", "-q", str(HERE / "test_fuzz_cuda.py"), "-p", "no:cacheprovider",
+        cmd = [sys.executable, "-m", "pytest", "-q", str(args.test_file), "-p", "no:cacheprovider",
                "-k", "fuzz_silu_mul_quant"]
         handle = open(log, "w")
         # own session: a `timeout` that signals our process group reaches the shards only through stop()
