@@ -22,7 +22,8 @@ except ImportError:  # e.g. the GPU machine's image: tests/gpu/test_fuzz_cuda.py
 HAVE_HYPOTHESIS = st is not None
 
 __all__ = ["PROFILE", "SEED", "SMQ_EXAMPLES", "MEGA_EXAMPLES", "HAVE_HYPOTHESIS", "fuzz_settings", "seeded",
-           "smq_calls", "draw_case", "COMPACT_GROUPS", "make_masked", "make_gateup", "independent_real_rows"]
+           "smq_calls", "draw_case", "COMPACT_GROUPS", "make_masked", "make_gateup", "independent_real_rows",
+           "check_smq_case"]
 
 PROFILE = os.environ.get("MOE_FUZZ_PROFILE", "ci")
 if PROFILE not in ("ci", "long"):
@@ -129,3 +130,46 @@ def make_gateup(case, gen) -> torch.Tensor:
 def independent_real_rows(masked: torch.Tensor, n: int) -> torch.Tensor:
     counts = [min(max(int(c), 0), n) for c in masked.tolist()]
     return torch.tensor([[r < c for r in range(n)] for c in counts], dtype=torch.bool).reshape(len(counts), n)
+
+
+def check_smq_case(plugin, case: dict, device: torch.device, stats, worst: dict, note=lambda message: None) -> None:
+    """One fuzz case through ``plugin`` (forced: no fallback hides a failure) on ``device``: inputs with
+    NaN padding rows, outputs poisoned first, layout validated, every real row written, values within the
+    tolerance policy of an fp64 computation. Tallies go to ``stats`` (a Counter) and ``worst``."""
+    from sglang_moe_plugins import Registry, Selector
+    from sglang_moe_plugins.config import parse_config
+    from sglang_moe_plugins.testing.tolerance import STRICT, compare_with_fp64, poison, tolerance_for
+
+    gen = torch.Generator().manual_seed(case["seed"])
+    gateup = make_gateup(case, gen)
+    masked = make_masked(case, gen)
+    real = independent_real_rows(masked, case["n"])
+    if gateup.numel():
+        gateup[~real] = float("nan")  # padding rows hold garbage; it must never reach a real row
+    gateup, masked = gateup.to(device), masked.to(device)
+    shape, config = smq.describe(gateup, masked, group_size=case["group"], topk=case["topk"], swiglu_limit=case["limit"],
+                                 swizzle=case["swizzle"], scale_layout=case["layout"], keep_fp32=case["keep_fp32"])
+    support = plugin.supports(shape, config)
+    if not support:
+        stats[f"{plugin.name}: unsupported"] += 1
+        note(f"unsupported: {support.reason}")
+        return
+    inputs = smq.SiluMulQuantInputs(gateup, masked)
+    outputs = smq.allocate_outputs(shape, config, gateup.device)
+    poison(outputs)
+    selector = Selector(Registry.from_plugins([plugin], parse_config({"force": {smq.OP: plugin.name}})))
+    result = selector.dispatch(smq.OP, inputs, shape, config, outputs=outputs)  # forced: any failure raises
+    if gateup.device.type == "cuda":
+        torch.cuda.synchronize()
+    smq.validate_outputs(result, shape, config, plugin.name)
+    if real.any():
+        assert not torch.isnan(result.out.float().cpu()[real]).any(), "a real row was not written"
+    tolerance = STRICT if plugin.name == "reference" else tolerance_for(config)
+    verdict = compare_with_fp64(inputs, result, shape, config, tolerance)
+    assert verdict.ok, verdict.message
+    stats[f"{plugin.name}: checked"] += 1
+    stats[f"{plugin.name}: real rows"] += int(real.sum())
+    worst[plugin.name] = max(worst.get(plugin.name, 0.0), verdict.worst_value_ratio)
+    if verdict.worst_scale_error and not config.scale_ue8m0:
+        key = f"{plugin.name} fp32 scale rel err"
+        worst[key] = max(worst.get(key, 0.0), verdict.worst_scale_error)

@@ -36,10 +36,10 @@ from fuzz_cases import (
     PROFILE,
     SEED,
     SMQ_EXAMPLES,
+    check_smq_case,
     fuzz_settings,
     independent_real_rows,
     make_gateup,
-    make_masked,
     seeded,
     smq_calls,
 )
@@ -50,7 +50,7 @@ from sglang_moe_plugins import Registry, Selector, UserConfig
 from sglang_moe_plugins.config import parse_config
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import silu_mul_quant as smq
-from sglang_moe_plugins.testing.tolerance import STRICT, compare_with_fp64, poison, tolerance_for
+from sglang_moe_plugins.testing.tolerance import STRICT, compare_with_fp64
 
 STATS: Counter = Counter()
 WORST: dict[str, float] = {}
@@ -82,36 +82,7 @@ CPU_PLUGINS = _cpu_plugins()
 
 # -- silu_mul_quant ----------------------------------------------------------------------------------
 def _check_one(plugin, case) -> None:
-    gen = torch.Generator().manual_seed(case["seed"])
-    gateup = make_gateup(case, gen)
-    masked = make_masked(case, gen)
-    real = independent_real_rows(masked, case["n"])
-    if gateup.numel():
-        gateup[~real] = float("nan")  # padding rows hold garbage; it must never reach a real row
-    shape, config = smq.describe(gateup, masked, group_size=case["group"], topk=case["topk"], swiglu_limit=case["limit"],
-                                 swizzle=case["swizzle"], scale_layout=case["layout"], keep_fp32=case["keep_fp32"])
-    support = plugin.supports(shape, config)
-    if not support:
-        STATS[f"{plugin.name}: unsupported"] += 1
-        note(f"unsupported: {support.reason}")
-        return
-    inputs = smq.SiluMulQuantInputs(gateup, masked)
-    outputs = smq.allocate_outputs(shape, config, torch.device("cpu"))
-    poison(outputs)
-    selector = Selector(Registry.from_plugins([plugin], parse_config({"force": {smq.OP: plugin.name}})))
-    result = selector.dispatch(smq.OP, inputs, shape, config, outputs=outputs)  # forced: any failure raises
-    smq.validate_outputs(result, shape, config, plugin.name)
-    # Every real row written (poison gone), every padding row untouched by rows the op may not write:
-    if real.any():
-        assert not torch.isnan(result.out.float()[real]).any(), "a real row was not written"
-    tolerance = STRICT if plugin.name == "reference" else tolerance_for(config)
-    verdict = compare_with_fp64(inputs, result, shape, config, tolerance)
-    assert verdict.ok, verdict.message
-    STATS[f"{plugin.name}: checked"] += 1
-    STATS[f"{plugin.name}: real rows"] += int(real.sum())
-    WORST[plugin.name] = max(WORST.get(plugin.name, 0.0), verdict.worst_value_ratio)
-    if verdict.worst_scale_error and not config.scale_ue8m0:
-        WORST[f"{plugin.name} fp32 scale rel err"] = max(WORST.get(f"{plugin.name} fp32 scale rel err", 0.0), verdict.worst_scale_error)
+    check_smq_case(plugin, case, torch.device("cpu"), STATS, WORST, note)
 
 
 @pytest.mark.parametrize("plugin", CPU_PLUGINS, ids=[p.name for p in CPU_PLUGINS])

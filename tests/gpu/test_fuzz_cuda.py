@@ -34,13 +34,11 @@ if not torch.cuda.is_available():  # pragma: no cover - depends on the machine
 
 from builtin_eps import builtin_entry_points  # noqa: E402
 import fuzz_cases as fc  # noqa: E402
-from fuzz_cases import PROFILE, SEED, independent_real_rows, make_gateup, make_masked  # noqa: E402
+from fuzz_cases import PROFILE, SEED  # noqa: E402
 
-from sglang_moe_plugins import Registry, Selector, UserConfig  # noqa: E402
-from sglang_moe_plugins.config import parse_config  # noqa: E402
+from sglang_moe_plugins import Registry, UserConfig  # noqa: E402
 from sglang_moe_plugins.hardware import local_platform  # noqa: E402
 from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
-from sglang_moe_plugins.testing.tolerance import STRICT, compare_with_fp64, poison, tolerance_for  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 EXAMPLES = int(os.environ.get("MOE_FUZZ_EXAMPLES", 150 if PROFILE == "ci" else 10_000))
@@ -93,33 +91,7 @@ def _summary():
 
 
 def check_case(plugin, case) -> None:
-    gen = torch.Generator().manual_seed(case["seed"])
-    gateup = make_gateup(case, gen)
-    masked = make_masked(case, gen)
-    real = independent_real_rows(masked, case["n"])
-    if gateup.numel():
-        gateup[~real] = float("nan")  # padding rows: garbage that must not leak into real rows
-    gateup, masked = gateup.cuda(), masked.cuda()
-    shape, config = smq.describe(gateup, masked, group_size=case["group"], topk=case["topk"], swiglu_limit=case["limit"],
-                                 swizzle=case["swizzle"], scale_layout=case["layout"], keep_fp32=case["keep_fp32"])
-    support = plugin.supports(shape, config)
-    if not support:
-        STATS[f"{plugin.name}: unsupported"] += 1
-        return
-    inputs = smq.SiluMulQuantInputs(gateup, masked)
-    outputs = smq.allocate_outputs(shape, config, gateup.device)
-    poison(outputs)
-    selector = Selector(Registry.from_plugins([plugin], parse_config({"force": {smq.OP: plugin.name}})))
-    result = selector.dispatch(smq.OP, inputs, shape, config, outputs=outputs)
-    torch.cuda.synchronize()
-    STATS[f"{plugin.name}: real rows"] += int(real.sum())
-    if real.any():
-        assert not torch.isnan(result.out.float().cpu()[real]).any(), "a real row was not written"
-    tolerance = STRICT if plugin.name == "reference" else tolerance_for(config)
-    verdict = compare_with_fp64(inputs, result, shape, config, tolerance)
-    assert verdict.ok, verdict.message
-    STATS[f"{plugin.name}: checked"] += 1
-    WORST[plugin.name] = max(WORST.get(plugin.name, 0.0), verdict.worst_value_ratio)
+    fc.check_smq_case(plugin, case, torch.device("cuda"), STATS, WORST)
 
 
 if fc.HAVE_HYPOTHESIS:
