@@ -231,6 +231,15 @@ class _MegaDeepGemmPlugin(Plugin):
         )
 
 
+def _deep_gemm_pre_dispatch(shape: MegaMoEShape, config: MegaMoEConfig, function: str, label: str) -> Support:
+    """Option pre_dispatch='host' through sgl-deep-gemm's own pre-dispatch kernel ``function``."""
+    if not config.deep_gemm.has(function):
+        return Support.no(f"option pre_dispatch='host' needs deep_gemm.{function}, missing in {config.deep_gemm.describe()}")
+    if shape.hidden > 8192:
+        return Support.no(f"sgl-deep-gemm's {label} covers hidden <= 8192 (one 8-column chunk per thread), got {shape.hidden}")
+    return Support.yes(f"sgl-deep-gemm's {function}")
+
+
 def _sm100(platform: Platform) -> Support:
     if not platform.is_cuda:
         return Support.no(f"requires CUDA compute capability 10.x (DeepGEMM SM100 MegaMoE), the call is on {platform}")
@@ -366,11 +375,7 @@ class MegaW4A4Plugin(_Sm100Plugin):
         return Support.yes("shapes pass check_mega_moe_shapes")
 
     def _host_pre_dispatch(self, shape: MegaMoEShape, config: MegaMoEConfig) -> Support:
-        if not config.deep_gemm.has("mega_moe_pre_dispatch"):
-            return Support.no(f"option pre_dispatch='host' needs deep_gemm.mega_moe_pre_dispatch, missing in {config.deep_gemm.describe()}")
-        if shape.hidden > 8192:
-            return Support.no(f"sgl-deep-gemm's pre-dispatch covers hidden <= 8192 (one 8-column chunk per thread), got {shape.hidden}")
-        return Support.yes("sgl-deep-gemm's mega_moe_pre_dispatch")
+        return _deep_gemm_pre_dispatch(shape, config, "mega_moe_pre_dispatch", "pre-dispatch")
 
     def _host_launch_pre_dispatch(self, deep_gemm, buf, inputs, topk_ids, topk_weights, shared_block_m) -> None:
         deep_gemm.mega_moe_pre_dispatch(
@@ -417,11 +422,7 @@ class MegaSm90Fp8Plugin(_MegaDeepGemmPlugin):
         return Support.yes("shapes fit 128x128 block scales")
 
     def _host_pre_dispatch(self, shape: MegaMoEShape, config: MegaMoEConfig) -> Support:
-        if not config.deep_gemm.has("mega_moe_pre_dispatch_sm90"):
-            return Support.no(f"option pre_dispatch='host' needs deep_gemm.mega_moe_pre_dispatch_sm90, missing in {config.deep_gemm.describe()}")
-        if shape.hidden > 8192:
-            return Support.no(f"sgl-deep-gemm's SM90 pre-dispatch covers hidden <= 8192 (one 8-column chunk per thread), got {shape.hidden}")
-        return Support.yes("sgl-deep-gemm's mega_moe_pre_dispatch_sm90")
+        return _deep_gemm_pre_dispatch(shape, config, "mega_moe_pre_dispatch_sm90", "SM90 pre-dispatch")
 
     def _launch(self, deep_gemm, buf, inputs, y, topk_ids, topk_weights, shape, config) -> None:
         choice = self._pre_dispatch_choice()
