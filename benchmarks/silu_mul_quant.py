@@ -515,7 +515,7 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log) -> dict:
         res["paths"]["copy_same_bytes"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     from sglang_moe_plugins.plugins._triton_silu_mul_quant import occupancy_records
 
-    res["triton_occupancy"] = [list(v) for k, v in occupancy_records().items() if ("D", case.D) in k[2]]
+    res["triton_occupancy"] = [list(v) for k, v in occupancy_records().items() if ("D", case.D) in k[-1]]
     if case.name in REFERENCE_TIMED:
         shape, config = paths.shape_config(sets[0], masked_m, case)
         o = allocate_outputs(shape, config, sets[0].device)

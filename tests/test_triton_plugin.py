@@ -307,3 +307,26 @@ def test_choose_config_waves_by_regime():
     # the compiled part does not depend on N (one kernel per shape family)
     assert {(c.block_m, c.block_c, c.num_warps) for c in (K.choose_config(48, n, 2048, 128) for n in (7, 128, 4096))} \
         == {(few.block_m, few.block_c, few.num_warps)}
+
+
+def test_resident_is_looked_up_once_per_specialisation(monkeypatch):
+    """The occupancy lookup compiles (warmup) once per compiled-kernel key and is cached after that."""
+    K = pytest.importorskip("sglang_moe_plugins.plugins._triton_silu_mul_quant")
+    import types
+
+    torch = K.torch
+    compiled = types.SimpleNamespace(n_regs=39, metadata=types.SimpleNamespace(shared=16), function=0,
+                                     _init_handles=lambda: None)
+    calls = []
+    monkeypatch.setattr(K._silu_mul_quant_kernel, "warmup", lambda *a, **kw: calls.append(kw) or compiled)
+    monkeypatch.setattr(K, "resident_programs_per_sm", lambda c, warps, index: 12)
+    monkeypatch.setattr(K, "_OCCUPANCY", {})
+    args = (torch.zeros(1, dtype=torch.bfloat16), torch.zeros(1, dtype=torch.int32),
+            torch.zeros(1, dtype=torch.float8_e4m3fn), torch.zeros(1), 4, 8, 1, 1, 1, 0.0)
+    constexprs = dict(D=256, GS=128, UE8M0=False, num_warps=4)
+    assert K._resident(0, args, constexprs, 4) == 12
+    assert K._resident(0, args, dict(constexprs), 4) == 12
+    assert len(calls) == 1
+    assert K._resident(0, args, dict(constexprs, UE8M0=True), 4) == 12  # another kernel: another lookup
+    assert len(calls) == 2
+    assert list(K.occupancy_records().values()) == [(39, 16, 12), (39, 16, 12)]

@@ -503,8 +503,8 @@ def _resident(index: int, args: tuple, constexprs: dict, num_warps: int) -> int:
     the first call compiles it through ``warmup`` without launching). A per-SM count above this
     splits the grid into a full wave and a partial one that runs at low occupancy (Kimi-K2 EP8
     prefill: 16 launched, 12 resident, 51 us instead of 45)."""
-    dtypes = tuple(str(a.dtype) for a in args[:4])
-    key = (index, dtypes, tuple(sorted((k, v) for k, v in constexprs.items())))
+    # launch() builds constexprs in one fixed order, so its items identify the specialisation as they are
+    key = (index, args[0].dtype, args[1].dtype, args[2].dtype, args[3].dtype, tuple(constexprs.items()))
     with _OCCUPANCY_LOCK:
         hit = _OCCUPANCY.get(key)
     if hit is not None:
@@ -520,6 +520,6 @@ def _resident(index: int, args: tuple, constexprs: dict, num_warps: int) -> int:
     with _OCCUPANCY_LOCK:
         _OCCUPANCY[key] = record
     logger.debug("triton silu_mul_quant: %s registers, %s B shared, %s resident programs per SM for %s",
-                 record[0], record[1], record[2], key[2])
+                 record[0], record[1], record[2], key[-1])
     return record[2]
 
