@@ -51,6 +51,10 @@ SWEEP_SMALL = [(1, 1024, 4), (2, 1024, 4), (4, 1024, 4), (2, 512, 4), (1, 512, 4
 SWEEP_MID = [(2, 1024, 4), (4, 512, 4), (4, 1024, 4), (4, 1024, 8), (1, 2048, 8), (2, 2048, 8), (1, 4096, 8),
              (8, 1024, 8), (1, 4096, 16), (2, 4096, 16), (1, 8192, 16)]
 SWEEP_SMALL2 = [(1, 1024, 4), (2, 512, 4), (4, 1024, 4), (1, 2048, 8), (1, 4096, 16), (2, 4096, 16)]
+#: session 3: the L2 hint on the x loads (4th element: evict_first), at T = 512 where SGLang's kernel led
+SWEEP_EVICT = [(2, 2048, 8, True), (2, 2048, 8, False), (1, 4096, 16, True), (1, 4096, 16, False),
+               (4, 512, 4, True), (4, 512, 4, False), (4, 1024, 4, True), (4, 1024, 4, False)]
+SWEEP_EVICT_SMALL = [(2, 1024, 4, True), (2, 1024, 4, False), (1, 1024, 4, True), (1, 1024, 4, False)]
 #: (variant, tokens, hidden, tilings) of the sweep; ``--sweep-set 1`` is the first session's sweep
 SWEEP_SETS = {
     "1": [(v, t, h, tl) for v in ("fp8xfp4", "mxf4xmxf4")
@@ -58,6 +62,9 @@ SWEEP_SETS = {
     "2": [(v, t, h, tl) for v in ("fp8xfp4", "sm90_fp8", "mxf4xmxf4")
           for t, h, tl in [(512, 4096, SWEEP_MID), (64, 4096, SWEEP_SMALL2), (2048, 7168, SWEEP_MID),
                            (8192, 4096, SWEEP_MID)]],
+    "3": [(v, t, h, tl) for v in ("fp8xfp4", "sm90_fp8", "mxf4xmxf4")
+          for t, h, tl in [(512, 4096, SWEEP_EVICT), (256, 4096, SWEEP_EVICT), (1024, 4096, SWEEP_EVICT),
+                           (2048, 7168, SWEEP_EVICT), (8192, 4096, SWEEP_EVICT), (64, 4096, SWEEP_EVICT_SMALL)]],
 }
 
 
@@ -281,18 +288,18 @@ def main() -> int:
             sets = [(*inputs(tokens, hidden, seed=2 + i), buffers(variant, hidden)) for i in range(1 if tokens <= 256 else 4)]
             floor_us = moved_bytes(variant, tokens, hidden) / copy * 1e6
             best = None
-            for bt, bc, nw in tilings:
-                tiling = PreDispatchTiling(bt, bc, nw)
+            for spec in tilings:
+                tiling = PreDispatchTiling(*spec)
                 fns = [(lambda st=st: pre_dispatch(st[0], st[1], st[2], *st[3], variant=variant, tiling=tiling)) for st in sets]
                 try:
                     us = time_graph(fns)
                 except Exception as exc:  # noqa: BLE001
-                    sweep.append({"variant": variant, "T": tokens, "H": hidden, "tiling": [bt, bc, nw], "error": str(exc)[:200]})
+                    sweep.append({"variant": variant, "T": tokens, "H": hidden, "tiling": list(spec), "error": str(exc)[:200]})
                     continue
-                sweep.append({"variant": variant, "T": tokens, "H": hidden, "tiling": [bt, bc, nw], "us": round(us, 2),
+                sweep.append({"variant": variant, "T": tokens, "H": hidden, "tiling": list(spec), "us": round(us, 2),
                               "frac": round(floor_us / us, 3)})
                 if best is None or us < best[0]:
-                    best = (round(us, 2), [bt, bc, nw])
+                    best = (round(us, 2), list(spec))
             if jit is not None and variant == "fp8xfp4":  # SGLang's kernel on the same shape, same run
                 fns = [(lambda st=st: jit.run(st[0], st[1], st[2], *st[3], None, 0)) for st in sets]
                 us = time_graph(fns, stream_ctx)

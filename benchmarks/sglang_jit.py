@@ -31,7 +31,7 @@ import torch
 
 from sglang_moe_plugins.host_kernels import HostKernels
 
-__all__ = ["SglangJit", "build_host_kernels", "DSV4Spec", "PTGQSpec"]
+__all__ = ["SglangJit", "build_host_kernels", "DSV4Spec", "PTGQSpec", "dsv4_spec", "ptgq_spec", "plugin_specs"]
 
 _FFI_HEADERS = (
     "#include <tvm/ffi/container/tensor.h>",
@@ -189,7 +189,7 @@ class SglangJit:
         import tvm_ffi
 
         apply_limit = swiglu_limit is not None
-        module = self.dsv4_module((int(quant_group_size), bool(scale_ue8m0), bool(swizzle), self.use_pdl, apply_limit))
+        module = self.dsv4_module(dsv4_spec(quant_group_size, scale_ue8m0, swizzle, swiglu_limit, self.use_pdl))
         with tvm_ffi.use_torch_stream():
             module.run(input, output, output_scale, masked_m, topk, transposed,
                        float(swiglu_limit) if apply_limit else 0.0)
@@ -225,11 +225,8 @@ class SglangJit:
                                                    scale_ue8m0, column_major_scales, fuse_silu_and_mul)
         elif output_s is None:
             raise ValueError("output_q given without output_s")
-        num_groups = output_q.shape[-1] // group_size
-        row_major, aligned = _infer_scale_layout(output_s, scale_ue8m0, num_groups)
-        layout = "masked" if masked_m is not None else "flat"
-        spec = (input.dtype, output_q.dtype, int(group_size), bool(scale_ue8m0), row_major, aligned,
-                bool(fuse_silu_and_mul), self.use_pdl, layout, silu_and_mul_mode == "dense")
+        spec = ptgq_spec(input.dtype, output_q, output_s, group_size, scale_ue8m0, fuse_silu_and_mul,
+                         masked_m is not None, silu_and_mul_mode, self.use_pdl)
         module = self.ptgq_module(spec)
         with tvm_ffi.use_torch_stream():
             if masked_m is not None:
@@ -241,6 +238,36 @@ class SglangJit:
     def host_kernels(self) -> HostKernels:
         return HostKernels(self.silu_and_mul_masked_post_quant, self.per_token_group_quant,
                            source=f"sglang 0.5.23 JIT sources built with tvm-ffi ({self.root})")
+
+
+def dsv4_spec(quant_group_size: int, scale_ue8m0: bool, swizzle: bool, swiglu_limit: Optional[float],
+              use_pdl: bool = True) -> DSV4Spec:
+    """The DSV4 kernel's template arguments for one call of SGLang's wrapper."""
+    return (int(quant_group_size), bool(scale_ue8m0), bool(swizzle), bool(use_pdl), swiglu_limit is not None)
+
+
+def ptgq_spec(in_dtype: torch.dtype, output_q: torch.Tensor, output_s: torch.Tensor, group_size: int,
+              scale_ue8m0: bool, fuse_silu_and_mul: bool, masked: bool, silu_and_mul_mode: str = "legacy",
+              use_pdl: bool = True) -> PTGQSpec:
+    """The per_token_group_quant kernel's template arguments for one call of SGLang's wrapper (the scale
+    layout is read off ``output_s`` as SGLang does; the tensors may be on any device)."""
+    num_groups = output_q.shape[-1] // group_size
+    row_major, aligned = _infer_scale_layout(output_s, scale_ue8m0, num_groups)
+    return (in_dtype, output_q.dtype, int(group_size), bool(scale_ue8m0), row_major, aligned,
+            bool(fuse_silu_and_mul), bool(use_pdl), "masked" if masked else "flat", silu_and_mul_mode == "dense")
+
+
+def plugin_specs(shape, config, use_pdl: bool = True) -> tuple[DSV4Spec, PTGQSpec]:
+    """The template combinations that the ``jit_ep`` and ``fp8_fallback`` plugins ask SGLang's wrappers
+    for on a ``silu_mul_quant`` call (whether the plugin accepts the call is its ``supports``'s business):
+    jit_ep passes the call's group size, UE8M0 flag, swizzle and limit; fp8_fallback the fused, masked
+    legacy mode with the call's scale tensor."""
+    from sglang_moe_plugins.ops.silu_mul_quant import allocate_outputs
+
+    outputs = allocate_outputs(shape, config, torch.device("cpu"))
+    return (dsv4_spec(shape.group_size, config.scale_ue8m0, config.swizzle, config.swiglu_limit, use_pdl),
+            ptgq_spec(torch.bfloat16, outputs.out, outputs.scale, shape.group_size, config.scale_ue8m0, True, True,
+                      "legacy", use_pdl))
 
 
 def _infer_scale_layout(output_s: torch.Tensor, scale_ue8m0: bool, num_groups: int) -> Tuple[bool, bool]:

@@ -584,6 +584,17 @@ def sweep_variants(case: Case, sweep_set: str = "1") -> list[dict]:
 
     base = choose_config(case.E, case.N, case.D, case.gs, case.topk)
     out = []
+    if sweep_set == "3":  # session 3: the shapes where triton trailed SGLang's kernel; prefetch, tiles, waves
+        cfgs = [asdict(base), dict(asdict(base), prefetch=True)]
+        for bc in sorted({base.block_c, max(case.gs, base.block_c // 2), min(1024, base.block_c * 2)}):
+            for elems, warps in ((2048, 4), (4096, 8)):
+                for prefetch in (False, True):
+                    for waves in (1, 2):
+                        cfg = dict(block_m=max(1, elems // bc), block_c=bc, num_warps=warps, ctas_per_sm=16,
+                                   prefetch=prefetch, max_registers=None, waves=waves)
+                        if cfg not in cfgs:
+                            cfgs.append(cfg)
+        return cfgs
     if sweep_set == "2":  # register caps and waves (session 2, after the occupancy-capped grid)
         bc = base.block_c
         for elems, warps in ((2048, 4), (4096, 8)):
@@ -620,14 +631,20 @@ def run_sweep(paths: Paths, bw: float, l2: int, log, names: list[str], sweep_set
         nsets = int(min(32, max(1, math.ceil(3 * l2 / real_bytes)),
                         max(1, (24 << 30) // max(1, case.E * case.N * case.D * 5))))
         sets = [torch.randn(case.E, case.N, 2 * case.D, device="cuda").to(torch.bfloat16) for _ in range(nsets)]
-        shape, config = paths.shape_config(sets[0], masked_m, case)
+        # set 3 compares with SGLang's kernel: both in its layout
+        layout = paths.jit_layout(case) if sweep_set == "3" else None
+        shape, config = paths.shape_config(sets[0], masked_m, case, layout)
         outs = [allocate_outputs(shape, config, sets[0].device) for _ in sets]
         from sglang_moe_plugins.plugins._triton_silu_mul_quant import KernelConfig
 
+        if sweep_set == "3" and paths.jit_via(case) == "raw":
+            calls = [(lambda xs=xs, o=o: paths.run_jit(xs, masked_m, o, case, "raw")) for xs, o in zip(sets, outs)]
+            us = graph_time_us(calls, target_ms=20.0)
+            results.append({"case": name, "cfg": "sglang_jit", "us": us, "frac": fl / us})
         for var in sweep_variants(case, sweep_set):
             kcfg = KernelConfig(**var)
             try:
-                calls = [(lambda xs=xs, o=o: paths.run_triton(xs, masked_m, o, case, kcfg=kcfg))
+                calls = [(lambda xs=xs, o=o: paths.run_triton(xs, masked_m, o, case, layout=layout, kcfg=kcfg))
                          for xs, o in zip(sets, outs)]
                 known = set(occupancy_records())
                 us = graph_time_us(calls, target_ms=20.0)
@@ -636,7 +653,8 @@ def run_sweep(paths: Paths, bw: float, l2: int, log, names: list[str], sweep_set
                                 "regs_shared_resident": new[0] if new else None})
             except Exception as exc:
                 results.append({"case": name, "cfg": var, "error": str(exc)[:200]})
-        best = min((r for r in results if r["case"] == name and "us" in r), key=lambda r: r["us"], default=None)
+        best = min((r for r in results if r["case"] == name and "us" in r and r["cfg"] != "sglang_jit"),
+                   key=lambda r: r["us"], default=None)
         log(f"sweep {name}: best {best}")
         del sets, outs
         torch.cuda.empty_cache()
@@ -752,7 +770,9 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="also time kernel configuration variants")
     ap.add_argument("--sweep-only", action="store_true", help="only the sweep (no table)")
     ap.add_argument("--sweep-cases", default="", help="comma-separated sweep case names (default: SWEEP_CASES)")
-    ap.add_argument("--sweep-set", default="1", choices=["1", "2"], help="1: tiles x CTAs x prefetch; 2: register caps x waves")
+    ap.add_argument("--sweep-set", default="1", choices=["1", "2", "3"],
+                    help="1: tiles x CTAs x prefetch; 2: register caps x waves; 3: prefetch x tiles x waves, "
+                         "with SGLang's kernel timed alongside")
     ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
     ap.add_argument("--no-host", action="store_true", help="skip SGLang's kernels")
     ap.add_argument("--compile-host", default="", help="only compile SGLang's modules into this directory")
@@ -810,7 +830,7 @@ def main() -> None:
         by_name = {c.name: c for c in CASES}
         for name in sweep_names:
             jobs += [warm_job(by_name[name], v) for v in sweep_variants(by_name[name], args.sweep_set)
-                     if v["ctas_per_sm"] == 4 or args.sweep_set == "2"]
+                     if v["ctas_per_sm"] == 4 or args.sweep_set != "1"]
     log(f"triton warm-up of {len(jobs)} specialisations: {parallel_warm(jobs, args.workers):.1f}s")
 
     if host is not None:  # the jit_ep / fp8_fallback plugins find SGLang's kernels through this override

@@ -23,7 +23,7 @@ HAVE_HYPOTHESIS = st is not None
 
 __all__ = ["PROFILE", "SEED", "SMQ_EXAMPLES", "MEGA_EXAMPLES", "HAVE_HYPOTHESIS", "fuzz_settings", "seeded",
            "smq_calls", "draw_case", "COMPACT_GROUPS", "make_masked", "make_gateup", "independent_real_rows",
-           "check_smq_case"]
+           "describe_case", "check_smq_case"]
 
 PROFILE = os.environ.get("MOE_FUZZ_PROFILE", "ci")
 if PROFILE not in ("ci", "long"):
@@ -132,6 +132,12 @@ def independent_real_rows(masked: torch.Tensor, n: int) -> torch.Tensor:
     return torch.tensor([[r < c for r in range(n)] for c in counts], dtype=torch.bool).reshape(len(counts), n)
 
 
+def describe_case(case: dict, gateup: torch.Tensor, masked: torch.Tensor):
+    """The ``(shape, config)`` of a case's call on these inputs."""
+    return smq.describe(gateup, masked, group_size=case["group"], topk=case["topk"], swiglu_limit=case["limit"],
+                        swizzle=case["swizzle"], scale_layout=case["layout"], keep_fp32=case["keep_fp32"])
+
+
 def check_smq_case(plugin, case: dict, device: torch.device, stats, worst: dict, note=lambda message: None) -> None:
     """One fuzz case through ``plugin`` (forced: no fallback hides a failure) on ``device``: inputs with
     NaN padding rows, outputs poisoned first, layout validated, every real row written, values within the
@@ -147,8 +153,7 @@ def check_smq_case(plugin, case: dict, device: torch.device, stats, worst: dict,
     if gateup.numel():
         gateup[~real] = float("nan")  # padding rows hold garbage; it must never reach a real row
     gateup, masked = gateup.to(device), masked.to(device)
-    shape, config = smq.describe(gateup, masked, group_size=case["group"], topk=case["topk"], swiglu_limit=case["limit"],
-                                 swizzle=case["swizzle"], scale_layout=case["layout"], keep_fp32=case["keep_fp32"])
+    shape, config = describe_case(case, gateup, masked)
     support = plugin.supports(shape, config)
     if not support:
         stats[f"{plugin.name}: unsupported"] += 1

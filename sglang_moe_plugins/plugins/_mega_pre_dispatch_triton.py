@@ -32,9 +32,12 @@ _PAD_BLOCK = 1024
 
 @dataclass(frozen=True)
 class PreDispatchTiling:
+    """Tokens x columns per program, warps, and whether ``x`` is read with an evict-first L2 hint."""
+
     block_tokens: int
     block_cols: int
     num_warps: int
+    evict_first: bool = True
 
 
 def _next_pow2(n: int) -> int:
@@ -93,7 +96,7 @@ def _kernel() -> Any:
         K: tl.constexpr, KP: tl.constexpr,
         FMT: tl.constexpr, GS: tl.constexpr, FLOOR: tl.constexpr,
         BT: tl.constexpr, BC: tl.constexpr, PAD: tl.constexpr,
-        WRITE_SHARED: tl.constexpr, COPY_TOPK: tl.constexpr, PDL: tl.constexpr,
+        WRITE_SHARED: tl.constexpr, COPY_TOPK: tl.constexpr, PDL: tl.constexpr, EVICT_FIRST: tl.constexpr,
     ):
         pid = tl.program_id(0)
         if PDL:  # wait for the producer grid (a no-op without programmatic dependent launch)
@@ -107,8 +110,11 @@ def _kernel() -> Any:
             rmask = rows < T
             cmask = cols < H
             mask = rmask[:, None] & cmask[None, :]
-            x = tl.load(x_ptr + rows[:, None] * stride_xt + cols[None, :], mask=mask, other=0.0,
-                        eviction_policy="evict_first").to(tl.float32)
+            if EVICT_FIRST:
+                x = tl.load(x_ptr + rows[:, None] * stride_xt + cols[None, :], mask=mask, other=0.0,
+                            eviction_policy="evict_first").to(tl.float32)
+            else:
+                x = tl.load(x_ptr + rows[:, None] * stride_xt + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             xg = tl.reshape(x, (BT, NG, GS))
             amax = tl.maximum(tl.max(tl.abs(xg), axis=2), FLOOR)
             gcols = cb * NG + tl.arange(0, NG)
@@ -248,6 +254,6 @@ def pre_dispatch(
         num_tokens, hidden, padded_max, n_quant, n_cb, float(routed_scaling_factor),
         K=top_k, KP=_next_pow2(top_k), FMT=fmt, GS=group_size, FLOOR=floor,
         BT=tiling.block_tokens, BC=tiling.block_cols, PAD=_PAD_BLOCK,
-        WRITE_SHARED=write_shared, COPY_TOPK=True, PDL=use_pdl,
+        WRITE_SHARED=write_shared, COPY_TOPK=True, PDL=use_pdl, EVICT_FIRST=tiling.evict_first,
         num_warps=tiling.num_warps, **launch_options,
     )

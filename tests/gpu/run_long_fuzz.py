@@ -61,18 +61,83 @@ def prewarm(workers: int) -> float:
     return time.time() - start
 
 
+def host_specs(seed: int, examples: int) -> tuple[list, list]:
+    """The template combinations of SGLang's kernels (DSV4 JIT for jit_ep, per_token_group_quant for
+    fp8_fallback) that the long run's cases ask for on sm90: the cases drawn exactly as the shards draw
+    them, kept where the plugin's ``supports`` accepts the call."""
+    import dataclasses
+    import random
+
+    import torch
+
+    sys.path.insert(0, str(HERE.parent))
+    sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))
+    import fuzz_cases as fc
+    from sglang_jit import plugin_specs
+
+    from sglang_moe_plugins.hardware import Platform
+    from sglang_moe_plugins.host_kernels import HostKernels, use_host_kernels
+    from sglang_moe_plugins.plugins.fp8_fallback import Fp8FallbackPlugin
+    from sglang_moe_plugins.plugins.jit_ep import JitEpPlugin
+
+    jit_ep, fallback = JitEpPlugin(), Fp8FallbackPlugin()
+    dsv4, ptgq = set(), set()
+    never_called = HostKernels(None, None, source="enumeration only")  # supports() asks only that kernels exist
+    with use_host_kernels(never_called):
+        for i in range(examples):
+            case = fc.draw_case(random.Random(seed * 100_003 + i), compact=True)
+            gateup = torch.empty(case["e"], case["n"], 2 * case["d"], dtype=torch.bfloat16)
+            shape, config = fc.describe_case(case, gateup, torch.zeros(case["e"], dtype=torch.int32))
+            config = dataclasses.replace(config, platform=Platform.cuda(9, 0))
+            want_dsv4, want_ptgq = plugin_specs(shape, config)
+            if jit_ep.supports(shape, config):
+                dsv4.add(want_dsv4)
+            if fallback.supports(shape, config):
+                ptgq.add(want_ptgq)
+    return sorted(dsv4), sorted(ptgq, key=str)
+
+
+def compile_host(directory: Path, seed: int, examples: int, workers: int) -> int:
+    """Compile (no GPU needed, nvcc and tvm-ffi are) SGLang's kernels for the long run into ``directory``
+    in the layout of ``.device/sgl_prebuilt``; modules already there are skipped."""
+    dsv4, ptgq = host_specs(seed, examples)  # puts benchmarks/ on sys.path
+    from sglang_host import JIT_ROOT
+    from sglang_jit import SglangJit
+
+    jit = SglangJit(JIT_ROOT, directory)
+
+    def built(tag: str) -> bool:
+        return (directory / tag / f"sgl_{tag}.so").is_file()
+
+    todo_dsv4 = [s for s in dsv4 if not built(jit.dsv4_source(s)[0])]
+    todo_ptgq = [s for s in ptgq if not built(jit.ptgq_source(s)[0])]
+    sys.stdout.write(f"{len(dsv4)} DSV4 and {len(ptgq)} per_token_group_quant combinations; "
+                     f"compiling {len(todo_dsv4) + len(todo_ptgq)}\n")
+    sys.stdout.flush()
+    for lib in jit.compile_only(todo_dsv4, todo_ptgq, workers=workers):
+        sys.stdout.write(lib + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=20261130)
     parser.add_argument("--shards", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     parser.add_argument("--examples", type=int, default=10_000, help="cases per plugin, over all shards")
-    parser.add_argument("--out", type=Path, required=True, help="merged summary (JSON)")
+    parser.add_argument("--out", type=Path, help="merged summary (JSON)")
+    parser.add_argument("--compile-host", type=Path, metavar="DIR",
+                        help="only compile the SGLang kernels the run asks for into DIR (e.g. .device/sgl_prebuilt)")
+    parser.add_argument("--workers", type=int, default=2, help="parallel compilers for --compile-host")
     parser.add_argument("--test-file", type=Path, default=HERE / "test_fuzz_cuda.py", help=argparse.SUPPRESS)
     parser.add_argument("--no-prewarm", dest="prewarm", action="store_false",
                         help="skip compiling the compact profile's kernels up front")
     args = parser.parse_args(argv)
     if args.shards < 1:
         parser.error(f"--shards={args.shards}: must be >= 1")
+    if args.compile_host is not None:
+        return compile_host(args.compile_host, args.seed, args.examples, args.workers)
+    if args.out is None:
+        parser.error("--out is required (or --compile-host DIR)")
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     warm_s = prewarm(args.shards) if args.prewarm else 0.0

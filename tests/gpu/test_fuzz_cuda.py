@@ -2,6 +2,11 @@
 CUDA device (triton, jit_ep, fp8_fallback when their kernels load, and the reference on CUDA), each
 forced (no fallback hides a failure), against the fp64 tolerance policy. Skipped without CUDA.
 
+``jit_ep`` and ``fp8_fallback`` run SGLang's own kernels: SGLang's when it is installed, else the same
+kernels built from the sglang wheel's JIT sources through tvm-ffi (``tests/gpu/sglang_host.py``; the
+GPU machine has no SGLang). ``MOE_FUZZ_HOST=0`` leaves them out. ``run_long_fuzz.py --compile-host DIR``
+compiles, on any machine with nvcc, every template combination the long run asks for.
+
 Run from the repository root (the lead runs these):
 
     PYTHONPATH=.:tests python -m pytest -q tests/gpu/test_fuzz_cuda.py --hypothesis-show-statistics
@@ -21,6 +26,7 @@ shrinking), and each case is checked on every CUDA plugin in turn.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -38,6 +44,7 @@ from fuzz_cases import PROFILE, SEED  # noqa: E402
 
 from sglang_moe_plugins import Registry, UserConfig  # noqa: E402
 from sglang_moe_plugins.hardware import local_platform  # noqa: E402
+from sglang_moe_plugins.host_kernels import host_kernels_source, use_host_kernels  # noqa: E402
 from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -60,11 +67,31 @@ STATS: Counter = Counter()
 WORST: dict[str, float] = {}
 
 
+def _sglang_kernels():
+    """SGLang's kernels for jit_ep / fp8_fallback where SGLang is not installed: built from the wheel's
+    JIT sources (``None`` when SGLang is installed, when they cannot be built here, or MOE_FUZZ_HOST=0)."""
+    if os.environ.get("MOE_FUZZ_HOST", "1") == "0" or host_kernels_source() is not None:
+        return None
+    from sglang_host import sglang_jit
+
+    jit, _why_not = sglang_jit()
+    return None if jit is None else jit.host_kernels()
+
+
+SGLANG_KERNELS = _sglang_kernels()
+
+
+def host_kernels():
+    """Installs SGLang's kernels built here for the duration of one case (nothing when SGLang serves)."""
+    return use_host_kernels(SGLANG_KERNELS) if SGLANG_KERNELS is not None else contextlib.nullcontext()
+
+
 def _cuda_plugins():
     here = local_platform()
     registry = Registry.discover(UserConfig(), builtin_entry_points())
-    return [r.plugin for r in registry.records(smq.OP)
-            if getattr(r.plugin, "available", None) is None or r.plugin.available(here)]
+    with host_kernels():
+        return [r.plugin for r in registry.records(smq.OP)
+                if getattr(r.plugin, "available", None) is None or r.plugin.available(here)]
 
 
 CUDA_PLUGINS = _cuda_plugins()
@@ -91,7 +118,8 @@ def _summary():
 
 
 def check_case(plugin, case) -> None:
-    fc.check_smq_case(plugin, case, torch.device("cuda"), STATS, WORST)
+    with host_kernels():
+        fc.check_smq_case(plugin, case, torch.device("cuda"), STATS, WORST)
 
 
 if fc.HAVE_HYPOTHESIS:
@@ -122,6 +150,12 @@ else:  # no hypothesis on this machine: the same cases from a seeded random.Rand
                     raise AssertionError(f"{plugin.name}: case {i} (MOE_FUZZ_SEED={base}): {case!r}: {exc}") from exc
             if n % 250 == 249:
                 _write_summary()  # progress survives a kill
+
+
+def test_sglang_kernels_are_fuzzed_when_they_load():
+    if SGLANG_KERNELS is not None or host_kernels_source() is not None:
+        names = [p.name for p in CUDA_PLUGINS]
+        assert "jit_ep" in names and "fp8_fallback" in names, names
 
 
 def test_triton_is_fuzzed_when_available():

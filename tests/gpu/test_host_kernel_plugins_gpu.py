@@ -8,23 +8,16 @@ Skipped without CUDA, tvm-ffi or the JIT sources. Run on the GPU machine from th
 
 from __future__ import annotations
 
-import os
-import pathlib
-import sys
-
 import pytest
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():  # pragma: no cover - depends on the machine
     pytest.skip("needs a CUDA device", allow_module_level=True)
-pytest.importorskip("tvm_ffi")
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-JIT_ROOT = pathlib.Path(os.environ.get("SGL_JIT_ROOT", ROOT / ".device/sgl_jit/sglang/kernels/jit"))
-if not (JIT_ROOT / "csrc").is_dir():  # pragma: no cover
-    pytest.skip(f"SGLang JIT sources not found at {JIT_ROOT}", allow_module_level=True)
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from sglang_host import sglang_jit  # noqa: E402
 
-from sglang_jit import SglangJit  # noqa: E402
+JIT, WHY_NOT = sglang_jit("/tmp/sgl_jit_build")
+if JIT is None:  # pragma: no cover - depends on the machine
+    pytest.skip(WHY_NOT, allow_module_level=True)
 
 from sglang_moe_plugins.catalog import load_catalog  # noqa: E402
 from sglang_moe_plugins.hardware import platform_of  # noqa: E402
@@ -39,10 +32,9 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def host_kernels():
-    jit = SglangJit(JIT_ROOT, "/tmp/sgl_jit_build", prebuilt_root=ROOT / ".device/sgl_prebuilt")
-    with use_host_kernels(jit.host_kernels()) as kernels:
+    with use_host_kernels(JIT.host_kernels()) as kernels:
         yield kernels
-    print("\n".join(jit.log))
+    print("\n".join(JIT.log))
 
 
 def _cases():
