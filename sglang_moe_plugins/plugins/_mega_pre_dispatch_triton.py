@@ -32,12 +32,13 @@ _PAD_BLOCK = 1024
 
 @dataclass(frozen=True)
 class PreDispatchTiling:
-    """Tokens x columns per program, warps, and whether ``x`` is read with an evict-first L2 hint."""
+    """Tokens x columns per program, warps, and whether ``x`` is read with an evict-first L2 hint (off by
+    default: it made T >= 2048 4-6% slower on the H200, and the shared expert may read ``x`` again)."""
 
     block_tokens: int
     block_cols: int
     num_warps: int
-    evict_first: bool = True
+    evict_first: bool = False
 
 
 def _next_pow2(n: int) -> int:
@@ -45,16 +46,13 @@ def _next_pow2(n: int) -> int:
 
 
 def choose_tiling(num_tokens: int, hidden: int, group_size: int, *, packed_fp4: bool = False) -> PreDispatchTiling:
-    """Tile sizes from the H200 sweeps in ``benchmarks/results/mega_pre_dispatch_h200*.json``: 4 warps
-    and up to 1024 columns (whole groups) per program, 4 rows from T = 1024 on (T = 8192: 27.1 us,
-    0.89 of the copy ceiling); 2 rows x 2048 columns on 8 warps for 256 <= T < 1024 (T = 512: 2.86 us
-    vs 3.04 with 4 x 1024); at small T 2 rows for FP8 (T = 64, H = 7168: 1.65 us vs 1.73 with 1 row)
-    and 1 for MXFP4 (1.77 us vs 1.93 with 2)."""
+    """Tile sizes from the H200 sweeps in ``benchmarks/results/mega_pre_dispatch_h200*.json``: from
+    T = 256 on, 4 tokens x up to 1024 columns (whole groups) on 4 warps (T = 8192, H = 4096: 25.6 us,
+    0.94 of the copy ceiling; T = 512: 2.46 us, SGLang's kernel 2.42); at small T 2 rows for FP8
+    (T = 64, H = 7168: 1.65 us vs 1.73 with 1 row) and 1 for MXFP4 (1.77 us vs 1.93 with 2)."""
     block_cols = max(group_size, min(1024, _next_pow2(hidden)))
-    if num_tokens >= 1024:
-        return PreDispatchTiling(4, block_cols, 4)
     if num_tokens >= 256:
-        return PreDispatchTiling(2, max(group_size, min(2048, _next_pow2(hidden))), 8)
+        return PreDispatchTiling(4, block_cols, 4)
     if packed_fp4 or num_tokens <= 1:
         return PreDispatchTiling(1, block_cols, 4)
     return PreDispatchTiling(2, block_cols, 4)

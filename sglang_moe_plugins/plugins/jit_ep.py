@@ -63,7 +63,9 @@ class JitEpPlugin(Plugin):
             # the op's defined result for counts outside [0, N]; SGLang's kernel would write past row N
             inputs.masked_m.clamp(0, shape.max_rows),
             scale_ue8m0=packed,
-            topk=shape.topk,
+            # SGLang's kernel writes at most N * topk rows in total (the host's guarantee), and silently
+            # leaves the rest unwritten; with topk >= E it covers every row a masked_m in [0, N] can hold
+            topk=max(shape.topk, shape.num_experts),
             transposed=packed,
             swiglu_limit=config.swiglu_limit,
             swizzle=config.swizzle,

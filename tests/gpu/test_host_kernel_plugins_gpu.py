@@ -55,7 +55,7 @@ def _cases():
                             yield pytest.param(key, id=f"{model.short_name}-EP{ep}-N{n}-{'lim' if limit else 'silu'}-{layout}")
 
 
-def _run(plugin, key, seed):
+def _run(plugin, key, seed, within_budget=True):
     e, n, d, topk, limit, layout = key
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(e, n, 2 * d, device="cuda", generator=gen)
@@ -65,9 +65,12 @@ def _run(plugin, key, seed):
     masked[0] = n
     if e > 1:
         masked[1] = 0
-    # the host guarantees sum(masked_m) <= N * topk (the DSV4 kernel writes no more rows): experts past
-    # that budget are emptied; expert 0 keeps its N rows, so every case has real rows to check
-    masked[masked.cumsum(0) > n * topk] = 0
+    if within_budget:
+        # the host guarantees sum(masked_m) <= N * topk: experts past that budget are emptied; expert 0
+        # keeps its N rows, so every case has real rows to check
+        masked[masked.cumsum(0) > n * topk] = 0
+    else:  # every expert full: sum(masked_m) = E * N, beyond the host's guarantee
+        masked.fill_(n)
     shape, config = smq.describe(gateup, masked, group_size=128, topk=topk, swiglu_limit=limit, scale_layout=layout)
     support = plugin.supports(shape, config)
     if not support:
@@ -94,10 +97,7 @@ def _fp8_steps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (sa - sb).abs()
 
 
-@pytest.mark.parametrize("key", list(_cases()))
-def test_jit_ep_matches_reference(host_kernels, key):
-    outputs, ref, real, shape, config = _run(JitEpPlugin(), key, seed=hash(key) % 1000)
-    assert platform_of(outputs.out).is_cuda
+def _assert_jit_ep_matches(outputs, ref, real, shape, config) -> None:
     assert not torch.isnan(outputs.out[real].float()).any(), "a real row was not written"
     got_s = smq.scale_to_float(outputs.scale, shape, config)[real]
     ref_s = smq.scale_to_float(ref.scale, shape, config)[real]
@@ -108,6 +108,24 @@ def test_jit_ep_matches_reference(host_kernels, key):
     steps = _fp8_steps(outputs.out[real], ref.out[real])
     assert steps.max().item() <= 1
     assert (steps == 0).float().mean().item() >= 0.999
+
+
+@pytest.mark.parametrize("key", list(_cases()))
+def test_jit_ep_matches_reference(host_kernels, key):
+    outputs, ref, real, shape, config = _run(JitEpPlugin(), key, seed=hash(key) % 1000)
+    assert platform_of(outputs.out).is_cuda
+    _assert_jit_ep_matches(outputs, ref, real, shape, config)
+
+
+@pytest.mark.parametrize("layout", ["row_major", "ue8m0_packed"])
+@pytest.mark.parametrize("e, n, topk", [(32, 64, 6), (2, 4, 1), (256, 8, 8)])
+def test_jit_ep_writes_rows_beyond_n_times_topk(host_kernels, e, n, topk, layout):
+    """sum(masked_m) > N * topk (outside the host's guarantee; found by the GPU fuzz): SGLang's kernel
+    caps its rows at N * topk, so the plugin passes topk >= E and every real row is still written."""
+    outputs, ref, real, shape, config = _run(JitEpPlugin(), (e, n, 2048, topk, None, layout), seed=e + n,
+                                             within_budget=False)
+    assert int(real.sum()) == e * n > n * topk
+    _assert_jit_ep_matches(outputs, ref, real, shape, config)
 
 
 @pytest.mark.parametrize("key", list(_cases()))

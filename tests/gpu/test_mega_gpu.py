@@ -77,7 +77,7 @@ def test_triton_pre_dispatch_bit_exact(variant: str, tokens: int, hidden: int, t
         assert _same(a, b), f"{variant} T={tokens} H={hidden}: {name} differs"
 
 
-@pytest.mark.parametrize("tiling", [PreDispatchTiling(1, 256, 4), PreDispatchTiling(16, 512, 8), PreDispatchTiling(2, 2048, 8),
+@pytest.mark.parametrize("tiling", [PreDispatchTiling(1, 256, 4), PreDispatchTiling(16, 512, 8), PreDispatchTiling(2, 2048, 8, evict_first=True),
                                     PreDispatchTiling(1, 8192, 16), PreDispatchTiling(4, 1024, 8)])
 def test_tilings_agree(tiling: PreDispatchTiling) -> None:
     x = _activations(129, 7168, seed=7)
