@@ -55,6 +55,11 @@ SWEEP_SMALL2 = [(1, 1024, 4), (2, 512, 4), (4, 1024, 4), (1, 2048, 8), (1, 4096,
 SWEEP_EVICT = [(2, 2048, 8, True), (2, 2048, 8, False), (1, 4096, 16, True), (1, 4096, 16, False),
                (4, 512, 4, True), (4, 512, 4, False), (4, 1024, 4, True), (4, 1024, 4, False)]
 SWEEP_EVICT_SMALL = [(2, 1024, 4, True), (2, 1024, 4, False), (1, 1024, 4, True), (1, 1024, 4, False)]
+#: session 3, after sweep 3: more tile shapes (incl. 2 warps) where SGLang's kernel was at parity or ahead
+SWEEP_512 = [(4, 1024, 4), (8, 1024, 8), (4, 2048, 8), (8, 512, 4), (4, 1024, 2), (2, 1024, 2), (8, 1024, 4),
+             (16, 512, 8), (4, 4096, 16), (2, 512, 2)]
+SWEEP_64 = [(2, 1024, 4), (2, 1024, 2), (1, 1024, 2), (4, 1024, 4), (2, 2048, 4), (1, 2048, 4), (1, 4096, 8),
+            (2, 512, 2), (1, 512, 2)]
 #: (variant, tokens, hidden, tilings) of the sweep; ``--sweep-set 1`` is the first session's sweep
 SWEEP_SETS = {
     "1": [(v, t, h, tl) for v in ("fp8xfp4", "mxf4xmxf4")
@@ -65,6 +70,8 @@ SWEEP_SETS = {
     "3": [(v, t, h, tl) for v in ("fp8xfp4", "sm90_fp8", "mxf4xmxf4")
           for t, h, tl in [(512, 4096, SWEEP_EVICT), (256, 4096, SWEEP_EVICT), (1024, 4096, SWEEP_EVICT),
                            (2048, 7168, SWEEP_EVICT), (8192, 4096, SWEEP_EVICT), (64, 4096, SWEEP_EVICT_SMALL)]],
+    "4": [("fp8xfp4", t, h, tl) for t, h, tl in [(512, 4096, SWEEP_512), (64, 4096, SWEEP_64), (256, 4096, SWEEP_512),
+                                                  (512, 7168, SWEEP_512)]],
 }
 
 
@@ -169,6 +176,37 @@ def time_bench(fn: Callable[[], None]) -> float:
     return do_bench(fn, warmup=20, rep=100, return_mode="median") * 1e3
 
 
+def interleave(jit: Any, tvm: Any, rounds: int, copy: float) -> list[dict[str, Any]]:
+    """SGLang's kernel and our tilings timed in turn, ``rounds`` times, on the shapes where they were
+    within a few percent; medians and the per-round ratios (SGLang / ours)."""
+    if jit is None:
+        raise SystemExit("--interleave needs --jit-root (SGLang's kernel)")
+    out = []
+    for tokens, hidden, tilings in [(512, 4096, [(8, 512, 4), (4, 1024, 4), (16, 512, 8)]),
+                                     (64, 4096, [(1, 4096, 8), (2, 1024, 4)])]:
+        sets = [(*inputs(tokens, hidden, seed=3 + i), buffers("fp8xfp4", hidden)) for i in range(1 if tokens <= 256 else 4)]
+        chosen = choose_tiling(tokens, hidden, 32)
+        times: dict[str, list[float]] = {"sglang_jit": []}
+        for _ in range(rounds):
+            fns = [(lambda st=st: jit.run(st[0], st[1], st[2], *st[3], None, 0)) for st in sets]
+            times["sglang_jit"].append(time_graph(fns, lambda ctx: tvm.use_torch_stream(ctx)))
+            for spec in tilings:
+                tiling = PreDispatchTiling(*spec)
+                fns = [(lambda st=st: pre_dispatch(st[0], st[1], st[2], *st[3], variant="fp8xfp4", tiling=tiling))
+                       for st in sets]
+                times.setdefault(str(list(spec)), []).append(time_graph(fns))
+        row = {"T": tokens, "H": hidden, "floor_us": round(moved_bytes("fp8xfp4", tokens, hidden) / copy * 1e6, 2),
+               "default_tiling": [chosen.block_tokens, chosen.block_cols, chosen.num_warps],
+               "median_us": {k: round(statistics.median(v), 3) for k, v in times.items()},
+               "x_sglang_median_of_rounds": {k: round(statistics.median(a / b for a, b in zip(times["sglang_jit"], v)), 3)
+                                             for k, v in times.items() if k != "sglang_jit"},
+               "rounds_us": {k: [round(t, 3) for t in v] for k, v in times.items()}}
+        print(json.dumps(row), flush=True)
+        out.append(row)
+        del sets
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jit-root", type=pathlib.Path, default=None)
@@ -176,6 +214,9 @@ def main() -> int:
     parser.add_argument("--no-sweep", action="store_true")
     parser.add_argument("--sweep-set", default="2", choices=sorted(SWEEP_SETS))
     parser.add_argument("--budget-s", type=float, default=1e9, help="skip the remaining sections after this many seconds")
+    parser.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
+                        help="only time FP8 at T = 512 and 64 (H = 4096): SGLang's kernel and our tilings in turn, "
+                             "ROUNDS times, each from a fresh graph (run-to-run spread of the close cases)")
     args = parser.parse_args()
     started = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -202,6 +243,11 @@ def main() -> int:
     copy = copy_bandwidth()
     report["copy_TBps"] = round(copy / 1e12, 3)
     print(f"copy ceiling {copy / 1e12:.3f} TB/s", flush=True)
+
+    if args.interleave:
+        report["interleaved"] = interleave(jit, tvm, args.interleave, copy)
+        save()
+        return 0
 
     # -- correctness on fresh inputs ---------------------------------------------------------------
     checks = []
