@@ -27,8 +27,9 @@ Design (see ``docs/triton-kernel.md`` for the measurements behind it):
   compiled kernel serves every token count and every ``masked_m``.
 
 Numerics follow the ``reference`` plugin: clamp (limit pre-rounded to bf16) on bf16 values, SiLU
-and product in fp32 (``ex2.approx`` and ``rcp.approx``, as SGLang's kernel; plain ``tl.exp`` and
-division under Triton's CPU interpreter), absmax floored at 1e-10,
+and product in fp32 (``ex2.approx`` with its argument's rounding corrected, and ``rcp.approx``; SGLang's
+kernel uses ``__expf``, without the correction; plain ``tl.exp`` and division under Triton's CPU
+interpreter), absmax floored at 1e-10,
 ``scale = absmax / 448`` (IEEE division), rounded up to a power of two for UE8M0, values
 multiplied by ``1 / scale`` and converted with round-to-nearest-even and saturation.
 """
@@ -55,6 +56,22 @@ logger = logging.getLogger(__name__)
 def _exp2_approx(x):
     return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
                                      pack=1)
+
+
+@triton.jit
+def _exp_neg(g):
+    """``e^-g`` from one ``ex2.approx``, with the rounding of its argument ``-g * log2(e)`` corrected.
+
+    Rounding the argument to fp32 costs a relative error of up to ``|g| * 2^-24 * ln 2`` (2.6e-6 near
+    g = -87), which reached the fp32 scale of a group whose absmax comes from a large negative gate
+    (1.03e-6 in the GPU fuzz; the policy allows 1e-6). The product's exact residual, from an FMA and
+    the low part of log2(e), multiplies the result by ``2^r ~ 1 + r ln 2``. Only where ``|t| < 126``:
+    beyond, ``e^-g`` is 0 or inf-bound anyway, and the residual of an infinite or NaN argument is NaN
+    (the op's non-finite policy needs ``g = +Inf`` to give ``e^-g = 0``)."""
+    t = g * -1.4426950408889634  # fp32(log2 e) = 1.4426950216...
+    r = tl.fma(g, -1.4426950408889634, -t) + g * -1.9259629890910904e-08  # log2 e - fp32(log2 e)
+    e = _exp2_approx(t)
+    return tl.where(tl.abs(t) < 126.0, e + e * (r * 0.6931471805599453), e)
 
 
 @triton.jit
@@ -126,8 +143,8 @@ def _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s
         g = tl.minimum(g, limit, propagate_nan=tl.PropagateNan.ALL)  # NaN stays NaN, as torch.clamp
         u = tl.minimum(tl.maximum(u, -limit, propagate_nan=tl.PropagateNan.ALL), limit,
                        propagate_nan=tl.PropagateNan.ALL)
-    if FAST:  # as SGLang's kernel (__expf, fast division): one MUFU.EX2 and one MUFU.RCP per element
-        v = g * _rcp_approx(1.0 + _exp2_approx(g * -1.4426950408889634)) * u
+    if FAST:  # one MUFU.EX2 (argument rounding corrected) and one MUFU.RCP per element
+        v = g * _rcp_approx(1.0 + _exp_neg(g)) * u
     else:  # Triton's CPU interpreter has no inline PTX
         v = g / (1.0 + tl.exp(-g)) * u
     # Non-finite policy of the op: NaN is left out of the absmax (max.f32 drops NaN operands) and
