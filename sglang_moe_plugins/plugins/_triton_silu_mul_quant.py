@@ -27,9 +27,9 @@ Design (see ``docs/triton-kernel.md`` for the measurements behind it):
   compiled kernel serves every token count and every ``masked_m``.
 
 Numerics follow the ``reference`` plugin: clamp (limit pre-rounded to bf16) on bf16 values, SiLU
-and product in fp32 (``ex2.approx`` with its argument's rounding corrected, and ``rcp.approx``; SGLang's
-kernel uses ``__expf``, without the correction; plain ``tl.exp`` and division under Triton's CPU
-interpreter), absmax floored at 1e-10,
+and product in fp32 (``ex2.approx`` of an exact argument with a first-order correction, see
+``_exp_neg``, and ``rcp.approx``; SGLang's kernel uses ``__expf``, whose rounded argument costs up to
+2.6e-6; plain ``tl.exp`` and division under Triton's CPU interpreter), absmax floored at 1e-10,
 ``scale = absmax / 448`` (IEEE division), rounded up to a power of two for UE8M0, values
 multiplied by ``1 / scale`` and converted with round-to-nearest-even and saturation.
 """
@@ -60,18 +60,18 @@ def _exp2_approx(x):
 
 @triton.jit
 def _exp_neg(g):
-    """``e^-g`` from one ``ex2.approx``, with the rounding of its argument ``-g * log2(e)`` corrected.
+    """``e^-g`` for a bf16-valued ``g``: one ``ex2.approx`` of an exact argument, times a correction.
 
-    Rounding the argument to fp32 costs a relative error of up to ``|g| * 2^-24 * ln 2`` (2.6e-6 near
-    g = -87), which reached the fp32 scale of a group whose absmax comes from a large negative gate
-    (1.03e-6 in the GPU fuzz; the policy allows 1e-6). The product's exact residual, from an FMA and
-    the low part of log2(e), multiplies the result by ``2^r ~ 1 + r ln 2``. Only where ``|t| < 126``:
-    beyond, ``e^-g`` is 0 or inf-bound anyway, and the residual of an infinite or NaN argument is NaN
-    (the op's non-finite policy needs ``g = +Inf`` to give ``e^-g = 0``)."""
-    t = g * -1.4426950408889634  # fp32(log2 e) = 1.4426950216...
-    r = tl.fma(g, -1.4426950408889634, -t) + g * -1.9259629890910904e-08  # log2 e - fp32(log2 e)
-    e = _exp2_approx(t)
-    return tl.where(tl.abs(t) < 126.0, e + e * (r * 0.6931471805599453), e)
+    ``ex2.approx(g * fp32(log2 e))`` (as ``__expf``) rounds its argument to fp32, a relative error of up
+    to ``|g| * 2^-24 * ln 2`` (2.6e-6 near g = -87). That error reached the fp32 scale of a group whose
+    absmax comes from a large negative gate (1.03e-6 in the GPU fuzz; the policy allows 1e-6). Here
+    log2(e) is split as ``L_HI + L_LO``, with L_HI of 16 significant bits, so ``g * L_HI`` is exact for
+    every bf16 ``g``. ``2^(-g * L_LO)`` is then ``1 - g * L_LO * ln 2`` to within 2e-7 for |g| <= 88.
+    The factor is clamped to [0.5, 2]: for infinite or huge ``g`` the exponential is 0 or inf anyway,
+    and NaN stays NaN. The clamp keeps ``g = +Inf`` at ``e^-g = 0``, as the op's non-finite policy needs."""
+    t = g * -1.44268798828125  # L_HI: log2(e) to 16 significant bits
+    corr = tl.fma(g, -4.888495152129525e-06, 1.0)  # -L_LO * ln 2, L_LO = 7.0526e-6
+    return _exp2_approx(t) * tl.minimum(tl.maximum(corr, 0.5), 2.0)
 
 
 @triton.jit
@@ -143,7 +143,7 @@ def _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s
         g = tl.minimum(g, limit, propagate_nan=tl.PropagateNan.ALL)  # NaN stays NaN, as torch.clamp
         u = tl.minimum(tl.maximum(u, -limit, propagate_nan=tl.PropagateNan.ALL), limit,
                        propagate_nan=tl.PropagateNan.ALL)
-    if FAST:  # one MUFU.EX2 (argument rounding corrected) and one MUFU.RCP per element
+    if FAST:  # one MUFU.EX2 (exact argument, corrected) and one MUFU.RCP per element
         v = g * _rcp_approx(1.0 + _exp_neg(g)) * u
     else:  # Triton's CPU interpreter has no inline PTX
         v = g / (1.0 + tl.exp(-g)) * u
