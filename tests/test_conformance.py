@@ -112,6 +112,37 @@ def test_bf16_intermediates_allowed_only_without_keep_fp32():
     assert not tolerance.compare_with_fp64(inputs, outputs, shape, config, STRICT).ok
 
 
+def test_fast_exp_argument_rounding_is_allowed_for_negative_gates_only():
+    """``ex2.approx(g * log2 e)`` (``__expf``, SGLang's kernel, ``triton``) rounds its argument: for a group
+    whose largest value has a large negative gate the scale is off by up to ~2.6e-6. The default policy
+    allows ``2^-24 * |g|`` for negative gates; ``fast_exp=False`` does not; more than that still fails."""
+    from sglang_moe_plugins.quant import quantize_fp8_groups
+
+    gates = torch.tensor([-87.0, -80.0, -71.5, -64.0, -60.5, -45.25, -30.0, -20.5, 3.0, 0.75, -1.5, 12.0])
+    n = gates.numel()
+    shape = smq.SiluMulQuantShape(1, n, 128, 128, 1)
+    config = smq.SiluMulQuantConfig(Platform.cpu(), scale_layout="row_major", keep_fp32=True)
+    x = torch.zeros(1, n, 256)
+    x[0, :, 0] = gates  # each row's only non-zero gate: its silu is the group's absmax
+    x[0, :, 128] = torch.exp2(torch.arange(n) % 7 * 5.0 - 15)
+    inputs = smq.SiluMulQuantInputs(x.bfloat16(), torch.tensor([n], dtype=torch.int32))
+    gate, up = smq.split_gate_up(inputs.gateup[0].float(), False)
+    # e^-g from exact 2^t of the fp32-rounded t = g * fp32(log2 e), as ex2.approx computes it up to its ulps
+    t = gate * torch.tensor(1.4426950408889634, dtype=torch.float32).neg()
+    values = (gate.double() / (1.0 + torch.exp2(t.double())) * up.double()).float()
+    exact = gate.double() * torch.sigmoid(gate.double()) * up.double()
+    assert float(((values.double() - exact).abs() / exact.abs().clamp_min(1e-300))[:, 0].max()) > 1e-6  # the effect
+    outputs = smq.allocate_outputs(shape, config, torch.device("cpu"))
+    q, scale = quantize_fp8_groups(values, 128, ue8m0=False)
+    outputs.out[0], outputs.scale[0] = q, scale
+    assert tolerance.compare_with_fp64(inputs, outputs, shape, config, STRICT).ok
+    exact_policy = dataclasses.replace(STRICT, fast_exp=False)
+    assert "fast exp" not in exact_policy.describe()
+    assert not tolerance.compare_with_fp64(inputs, outputs, shape, config, exact_policy).ok
+    outputs.scale[0, 0, 0] *= 1 + 1e-5  # beyond 1e-6 + 87 * 2^-24 for the g = -87 row
+    assert "fp32 scale" in tolerance.compare_with_fp64(inputs, outputs, shape, config, STRICT).message
+
+
 # -- case generation ----------------------------------------------------------------------------------
 
 

@@ -27,9 +27,8 @@ Design (see ``docs/triton-kernel.md`` for the measurements behind it):
   compiled kernel serves every token count and every ``masked_m``.
 
 Numerics follow the ``reference`` plugin: clamp (limit pre-rounded to bf16) on bf16 values, SiLU
-and product in fp32 (``ex2.approx`` of an exact argument with a first-order correction, see
-``_exp_neg``, and ``rcp.approx``; SGLang's kernel uses ``__expf``, whose rounded argument costs up to
-2.6e-6; plain ``tl.exp`` and division under Triton's CPU interpreter), absmax floored at 1e-10,
+and product in fp32 (``ex2.approx`` and ``rcp.approx``, as SGLang's kernel; plain ``tl.exp`` and
+division under Triton's CPU interpreter), absmax floored at 1e-10,
 ``scale = absmax / 448`` (IEEE division), rounded up to a power of two for UE8M0, values
 multiplied by ``1 / scale`` and converted with round-to-nearest-even and saturation.
 """
@@ -56,22 +55,6 @@ logger = logging.getLogger(__name__)
 def _exp2_approx(x):
     return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True,
                                      pack=1)
-
-
-@triton.jit
-def _exp_neg(g):
-    """``e^-g`` for a bf16-valued ``g``: one ``ex2.approx`` of an exact argument, times a correction.
-
-    ``ex2.approx(g * fp32(log2 e))`` (as ``__expf``) rounds its argument to fp32, a relative error of up
-    to ``|g| * 2^-24 * ln 2`` (2.6e-6 near g = -87). That error reached the fp32 scale of a group whose
-    absmax comes from a large negative gate (1.03e-6 in the GPU fuzz; the policy allows 1e-6). Here
-    log2(e) is split as ``L_HI + L_LO``, with L_HI of 16 significant bits, so ``g * L_HI`` is exact for
-    every bf16 ``g``. ``2^(-g * L_LO)`` is then ``1 - g * L_LO * ln 2`` to within 2e-7 for |g| <= 88.
-    The factor is clamped to [0.5, 2]: for infinite or huge ``g`` the exponential is 0 or inf anyway,
-    and NaN stays NaN. The clamp keeps ``g = +Inf`` at ``e^-g = 0``, as the op's non-finite policy needs."""
-    t = g * -1.44268798828125  # L_HI: log2(e) to 16 significant bits
-    corr = tl.fma(g, -4.888495152129525e-06, 1.0)  # -L_LO * ln 2, L_LO = 7.0526e-6
-    return _exp2_approx(t) * tl.minimum(tl.maximum(corr, 0.5), 2.0)
 
 
 @triton.jit
@@ -143,8 +126,8 @@ def _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s
         g = tl.minimum(g, limit, propagate_nan=tl.PropagateNan.ALL)  # NaN stays NaN, as torch.clamp
         u = tl.minimum(tl.maximum(u, -limit, propagate_nan=tl.PropagateNan.ALL), limit,
                        propagate_nan=tl.PropagateNan.ALL)
-    if FAST:  # one MUFU.EX2 (exact argument, corrected) and one MUFU.RCP per element
-        v = g * _rcp_approx(1.0 + _exp_neg(g)) * u
+    if FAST:  # as SGLang's kernel (__expf, fast division): one MUFU.EX2 and one MUFU.RCP per element
+        v = g * _rcp_approx(1.0 + _exp2_approx(g * -1.4426950408889634)) * u
     else:  # Triton's CPU interpreter has no inline PTX
         v = g / (1.0 + tl.exp(-g)) * u
     # Non-finite policy of the op: NaN is left out of the absmax (max.f32 drops NaN operands) and

@@ -16,6 +16,7 @@ from .report import CHECKS, CaseFailure, CaseResult, CheckResult, ConformanceFai
 from .suite import SuiteOptions, run_conformance
 from .tolerance import (
     BF16_INTERMEDIATES,
+    EXACT,
     STRICT,
     NumericsResult,
     Tolerance,
@@ -45,6 +46,7 @@ __all__ = [
     "SuiteCase",
     "Tolerance",
     "STRICT",
+    "EXACT",
     "BF16_INTERMEDIATES",
     "tolerance_for",
     "ToleranceError",
