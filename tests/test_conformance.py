@@ -139,8 +139,12 @@ def test_fast_exp_argument_rounding_is_allowed_for_negative_gates_only():
     exact_policy = dataclasses.replace(STRICT, fast_exp=False)
     assert "fast exp" not in exact_policy.describe()
     assert not tolerance.compare_with_fp64(inputs, outputs, shape, config, exact_policy).ok
+    saved = outputs.scale.clone()
+    outputs.scale[0, 8, 0] *= 1 + 2e-6  # the g = 3.0 row: a positive gate gets no allowance
+    assert "fp32 scale of expert 0 row 8" in tolerance.compare_with_fp64(inputs, outputs, shape, config, STRICT).message
+    outputs.scale.copy_(saved)
     outputs.scale[0, 0, 0] *= 1 + 1e-5  # beyond 1e-6 + 87 * 2^-24 for the g = -87 row
-    assert "fp32 scale" in tolerance.compare_with_fp64(inputs, outputs, shape, config, STRICT).message
+    assert "fp32 scale of expert 0 row 0" in tolerance.compare_with_fp64(inputs, outputs, shape, config, STRICT).message
 
 
 # -- case generation ----------------------------------------------------------------------------------
