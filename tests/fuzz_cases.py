@@ -132,7 +132,7 @@ def independent_real_rows(masked: torch.Tensor, n: int) -> torch.Tensor:
     return torch.tensor([[r < c for r in range(n)] for c in counts], dtype=torch.bool).reshape(len(counts), n)
 
 
-def describe_case(case: dict, gateup: torch.Tensor, masked: torch.Tensor):
+def describe_case(case: dict, gateup: torch.Tensor, masked: torch.Tensor) -> tuple[smq.SiluMulQuantShape, smq.SiluMulQuantConfig]:
     """The ``(shape, config)`` of a case's call on these inputs."""
     return smq.describe(gateup, masked, group_size=case["group"], topk=case["topk"], swiglu_limit=case["limit"],
                         swizzle=case["swizzle"], scale_layout=case["layout"], keep_fp32=case["keep_fp32"])

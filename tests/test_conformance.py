@@ -113,9 +113,10 @@ def test_bf16_intermediates_allowed_only_without_keep_fp32():
 
 
 def test_fast_exp_argument_rounding_is_allowed_for_negative_gates_only():
-    """``ex2.approx(g * log2 e)`` (``__expf``, SGLang's kernel, ``triton``) rounds its argument: for a group
-    whose largest value has a large negative gate the scale is off by up to ~2.6e-6. The default policy
-    allows ``2^-24 * |g|`` for negative gates; ``fast_exp=False`` does not; more than that still fails."""
+    """``ex2.approx(g * fp32(log2 e))`` (``__expf``, SGLang's kernel, ``triton``): for a group whose largest
+    value has a large negative gate the scale is off by up to ~4e-6. The default policy allows
+    ``2^-23 * |g|`` on values with negative gates, and a scale only as far as its largest value moves;
+    ``fast_exp=False`` allows nothing; more than that, or on a positive gate, still fails."""
     from sglang_moe_plugins.quant import quantize_fp8_groups
 
     gates = torch.tensor([-87.0, -80.0, -71.5, -64.0, -60.5, -45.25, -30.0, -20.5, 3.0, 0.75, -1.5, 12.0])
@@ -143,8 +144,27 @@ def test_fast_exp_argument_rounding_is_allowed_for_negative_gates_only():
     outputs.scale[0, 8, 0] *= 1 + 2e-6  # the g = 3.0 row: a positive gate gets no allowance
     assert "fp32 scale of expert 0 row 8" in tolerance.compare_with_fp64(inputs, outputs, shape, config, STRICT).message
     outputs.scale.copy_(saved)
-    outputs.scale[0, 0, 0] *= 1 + 1e-5  # beyond 1e-6 + 87 * 2^-24 for the g = -87 row
+    outputs.scale[0, 0, 0] *= 1 + 2e-5  # beyond 1e-6 + 87 * 2^-23 for the g = -87 row
     assert "fp32 scale of expert 0 row 0" in tolerance.compare_with_fp64(inputs, outputs, shape, config, STRICT).message
+
+
+def test_fast_exp_allowance_follows_the_value_that_sets_the_scale():
+    """A large negative gate elsewhere in the group must not loosen a scale set by a positive gate."""
+    from sglang_moe_plugins.quant import quantize_fp8_groups
+
+    shape = smq.SiluMulQuantShape(1, 4, 128, 128, 1)
+    config = smq.SiluMulQuantConfig(Platform.cpu(), scale_layout="row_major", keep_fp32=True)
+    x = torch.zeros(1, 4, 256)
+    x[0, :, 0], x[0, :, 128] = 3.0, 1.0  # absmax: silu(3) ~ 2.86
+    x[0, :, 1], x[0, :, 129] = -80.0, 1.0  # silu(-80) ~ -1e-33: in the group, far from its absmax
+    inputs = smq.SiluMulQuantInputs(x.bfloat16(), torch.tensor([4], dtype=torch.int32))
+    gate, up = smq.split_gate_up(inputs.gateup[0].double(), False)
+    outputs = smq.allocate_outputs(shape, config, torch.device("cpu"))
+    outputs.out[0], outputs.scale[0] = quantize_fp8_groups((gate * torch.sigmoid(gate) * up).float(), 128, ue8m0=False)
+    assert tolerance.compare_with_fp64(inputs, outputs, shape, config, STRICT).ok
+    outputs.scale[0, 1, 0] *= 1 + 4.5e-6  # within 80 * 2^-23 (9.5e-6), but the absmax's gate is positive
+    result = tolerance.compare_with_fp64(inputs, outputs, shape, config, STRICT)
+    assert not result.ok and "fp32 scale of expert 0 row 1" in result.message
 
 
 # -- case generation ----------------------------------------------------------------------------------

@@ -111,6 +111,17 @@ def test_jit_ep_passes_the_host_layouts(fake_kernels):
             assert args[2] is outputs.scale
 
 
+def test_jit_ep_passes_topk_of_at_least_e(fake_kernels):
+    """SGLang's kernel writes at most N * topk rows: the plugin passes max(topk, E) (here topk > E and < E)."""
+    masked = torch.tensor([3, 0], dtype=torch.int32)
+    for topk, want in ((8, 8), (1, 2)):
+        shp = SiluMulQuantShape(2, 4, 256, 128, topk)
+        cfg = config(platform=Platform.cpu(), layout="row_major")
+        JitEpPlugin().run(SiluMulQuantInputs(torch.randn(2, 4, 512).bfloat16(), masked),
+                          allocate_outputs(shp, cfg, torch.device("cpu")), shp, cfg)
+        assert fake_kernels[-1][2]["topk"] == want
+
+
 @pytest.mark.parametrize("writable", [False, True])
 def test_fp8_fallback_clamps_in_bf16_and_respects_writability(fake_kernels, writable):
     gateup = (torch.randn(4, 8, 512) * 30).bfloat16()

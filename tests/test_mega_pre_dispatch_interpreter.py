@@ -92,3 +92,17 @@ def test_pre_dispatch_kernel_under_interpreter() -> None:
                           timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "checked 9" in proc.stdout
+
+
+def test_choose_tiling_follows_the_measured_rules():
+    """The tiles behind benchmarks/results/mega_pre_dispatch_h200.md (a pure function of the sizes)."""
+    from sglang_moe_plugins.plugins._mega_pre_dispatch_triton import PreDispatchTiling as T, choose_tiling as c
+
+    assert c(8192, 4096, 32) == c(2048, 7168, 32) == c(1024, 4096, 128) == T(4, 1024, 4)
+    assert c(512, 4096, 32) == c(512, 4096, 32, packed_fp4=True) == c(256, 7168, 128) == T(8, 512, 4)
+    assert c(64, 4096, 32) == c(64, 4096, 128) == T(1, 4096, 8)  # FP8, power-of-two H <= 4096: one token
+    assert c(64, 2048, 32) == T(1, 2048, 4)
+    assert c(64, 7168, 32) == T(2, 1024, 4)  # a 4096 + 3072 split row was slower
+    assert c(64, 4096, 32, packed_fp4=True) == c(1, 4096, 32) == T(1, 1024, 4)
+    assert c(16, 4096, 32) == T(2, 1024, 4)
+    assert not any(c(t, h, 32).evict_first for t in (1, 64, 512, 8192) for h in (4096, 7168))

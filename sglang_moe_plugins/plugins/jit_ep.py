@@ -4,7 +4,10 @@ Limits, read from ``kernels/jit/csrc/deepseek_v4/silu_and_mul_masked_post_quant.
 thread per 8 output columns in whole warps (D % 256 == 0, D <= 8192); the block scans masked_m with
 one thread per expert (D // 8 >= E, E <= 256); group 32 or 128; scales row-major fp32, or packed
 UE8M0 written as ``[E, G//4, N]`` (needs N % 4 == 0 and G % 4 == 0 to be the host's layout). It
-writes at most ``N * topk`` real rows in total, which the host guarantees.
+writes at most ``N * topk`` real rows in total (the host guarantees ``sum(masked_m) <= N * topk``) and
+silently skips the rest, so the plugin passes ``topk = max(topk, E)``: every row below
+``clamp(masked_m, 0, N)`` is written, as the op defines (the kernel's grid cap rises with it, by at most
+``N * E`` programs that scan ``masked_m`` and exit).
 """
 
 from __future__ import annotations

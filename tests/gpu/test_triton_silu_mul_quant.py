@@ -100,8 +100,8 @@ def assert_matches(ref, got, m, N, ue8m0):
 @pytest.mark.parametrize("layout", ["row_major", "ue8m0_packed"])
 def test_scale_when_the_absmax_comes_from_a_large_negative_gate(layout):
     """silu(g) ~ g * e^g for g << 0. ``ex2.approx`` of the fp32-rounded argument ``g * log2(e)``, as in
-    SGLang's ``__expf``, costs a relative error of up to ~2.6e-6 near g = -87. The GPU fuzz saw 1.03e-6 in
-    an fp32 scale. The op's policy allows ``2^-24 * |g|`` for negative gates (docs/reliability.md).
+    SGLang's ``__expf``, costs a relative error of up to ~4e-6 for large negative g. The GPU fuzz saw
+    1.03e-6 in an fp32 scale. The op's policy allows ``2^-23 * |g|`` for negative gates (docs/reliability.md).
     Every bf16 gate in [-87, -4], each the only non-zero value of its group, so that it is the absmax,
     with up in 2^-20 .. 2^20: within that policy against fp64, with fp32 intermediates required."""
     from sglang_moe_plugins.testing.tolerance import STRICT, compare_with_fp64
