@@ -241,14 +241,18 @@ def compare_with_fp64(
     if tolerance.fast_exp:
         gate = _gate_up(gateup, config.swizzle, config.swiglu_limit)[0]
         fast = (-gate).clamp(0.0, _FAST_EXP_MAX_ARG) * _FAST_EXP_PER_UNIT
-    # A plugin's absmax is max_i |v_i| (1 + d_i) with |d_i| <= r + fast_i: between these two (unrounded scales).
+    # A plugin's absmax is max_i |v_i| (1 + d_i) with |d_i| <= allowance_i: the unrounded scale lies between
+    # these two. With no allowance both are the exact scale before rounding.
     magnitude = v.abs().reshape(*v.shape[:-1], shape.num_groups, shape.group_size)
-    allowance = (fast + r).reshape(magnitude.shape)
-    lo = (magnitude * (1 - allowance)).amax(-1).clamp_min(1e-10) / 448.0
-    hi = (magnitude * (1 + allowance)).amax(-1).clamp_min(1e-10) / 448.0
+
+    def scale_bounds(allowance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a = allowance.reshape(magnitude.shape)
+        return ((magnitude * (1 - a)).amax(-1).clamp_min(1e-10) / 448.0,
+                (magnitude * (1 + a)).amax(-1).clamp_min(1e-10) / 448.0)
+
     # Scales.
     if config.scale_ue8m0:
-        # With no allowance lo = hi = the exact scale before rounding: exact equality
+        lo, hi = scale_bounds(fast + r)  # exact equality when there is no allowance
         bad = (got_scale < torch.exp2(torch.ceil(torch.log2(lo)))) | (got_scale > torch.exp2(torch.ceil(torch.log2(hi))))
         if bad.any():
             i, g = (int(x) for x in bad.nonzero()[0])
@@ -262,7 +266,9 @@ def compare_with_fp64(
         scale_err = 0.0
     else:
         rel = (got_scale - scale64).abs() / scale64
-        low, high = lo * (1 - tolerance.scale_rtol), hi * (1 + tolerance.scale_rtol)
+        lo, hi = scale_bounds(fast)
+        rtol = max(tolerance.scale_rtol, r)  # around the floored scale too (all-zero groups)
+        low, high = lo * (1 - rtol), hi * (1 + rtol)
         bad = (got_scale < low) | (got_scale > high)
         scale_err = float(rel.max())
         if bad.any():
