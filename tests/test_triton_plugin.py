@@ -267,6 +267,7 @@ def test_choose_config_is_a_pure_function_of_sizes():
                         (3, 5, 96, 32), (1, 1, 16, 16), (4, 7, 512, 256)]:
         cfg = choose_config(E, N, D, gs)
         assert cfg == choose_config(E, N, D, gs)
+        assert choose_config(E, N, D, gs) is cfg  # cached: it runs on every launch
         assert cfg.block_c & (cfg.block_c - 1) == 0 and cfg.block_c % gs == 0
         assert cfg.block_m & (cfg.block_m - 1) == 0 and cfg.block_m >= 1
         assert cfg.block_m * cfg.block_c <= 16384

@@ -340,6 +340,7 @@ def choose_block_c(hidden: int, group_size: int, max_block_c: int = 1024) -> int
     return block_c
 
 
+@functools.lru_cache(maxsize=4096)  # called on every launch; KernelConfig is frozen, so sharing it is safe
 def choose_config(num_experts: int, max_rows: int, hidden: int, group_size: int, topk: int = 8) -> KernelConfig:
     """The launch configuration for a shape family: a pure function of the sizes, never of data.
 
