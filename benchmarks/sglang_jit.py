@@ -264,7 +264,7 @@ def plugin_specs(shape, config, use_pdl: bool = True) -> tuple[DSV4Spec, PTGQSpe
     legacy mode with the call's scale tensor."""
     from sglang_moe_plugins.ops.silu_mul_quant import allocate_outputs
 
-    outputs = allocate_outputs(shape, config, torch.device("cpu"))
+    outputs = allocate_outputs(shape, config, torch.device("meta"))  # metadata only: no memory
     return (dsv4_spec(shape.group_size, config.scale_ue8m0, config.swizzle, config.swiglu_limit, use_pdl),
             ptgq_spec(torch.bfloat16, outputs.out, outputs.scale, shape.group_size, config.scale_ue8m0, True, True,
                       "legacy", use_pdl))

@@ -176,14 +176,19 @@ def masked_counts(case: Case) -> torch.Tensor:
 
 
 def _needed_host_specs(cases: list[Case]) -> tuple[list, list]:
+    from sglang_jit import plugin_specs
+
+    from sglang_moe_plugins.ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantShape
+
     dsv4, ptgq = set(), set()
     for c in cases:
+        want_dsv4, want_ptgq = plugin_specs(SiluMulQuantShape(c.E, c.N, c.D, c.gs, c.topk),
+                                            SiluMulQuantConfig(swiglu_limit=c.limit, swizzle=c.swizzle,
+                                                               scale_layout=c.layout))
         if c.jit_reason() is None:
-            dsv4.add((c.gs, c.ue8m0, c.swizzle, True, c.limit is not None))
+            dsv4.add(want_dsv4)
         if not c.swizzle:
-            G = c.D // c.gs
-            ptgq.add((torch.bfloat16, torch.float8_e4m3fn, c.gs, c.ue8m0, c.layout == "row_major",
-                      (G % 4 == 0) if c.ue8m0 else True, True, True, "masked", False))
+            ptgq.add(want_ptgq)
     return sorted(dsv4), sorted(ptgq, key=str)
 
 

@@ -192,6 +192,8 @@ def test_the_gpu_fuzz_finding_is_a_fast_exp_and_within_the_policy():
     argument ``g * log2 e`` on CPU reproduces that scale to the last bit, so the cause is the fast exponential
     (SGLang's ``__expf`` computes the same). The op's policy allows it (``Tolerance.fast_exp``); without the
     allowance the case fails as it did on the GPU."""
+    from numerics import fast_exp_silu_mul
+
     from sglang_moe_plugins.quant import quantize_fp8_groups
     from sglang_moe_plugins.testing.tolerance import EXACT
 
@@ -202,8 +204,7 @@ def test_the_gpu_fuzz_finding_is_a_fast_exp_and_within_the_policy():
     shape, config = describe_case(case, gateup, masked)
     real = smq.real_rows(masked, case["n"])
     gate, up = smq.split_gate_up(gateup[real].float(), True)
-    t = gate * torch.tensor(1.4426950408889634, dtype=torch.float32).neg()  # the rounded argument
-    values = (gate.double() / (1.0 + torch.exp2(t.double())) * up.double()).float()
+    values = fast_exp_silu_mul(gate, up)
     outputs = smq.allocate_outputs(shape, config, torch.device("cpu"))
     outputs.out[real], outputs.scale[real] = quantize_fp8_groups(values, case["group"], ue8m0=False)
     assert bool(real[2, 2]) and float(outputs.scale[2, 2, 24]) == pytest.approx(0.00480396952, rel=1e-8)  # the GPU's value

@@ -153,7 +153,10 @@ def fp64_expected(
     gateup: torch.Tensor, swizzle: bool, limit: float | None, group: int, ue8m0: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Values ``[..., D]`` and scales ``[..., G]`` in fp64, computed independently of the package's kernels."""
-    gate, up = _gate_up(gateup, swizzle, limit)
+    return _expected(*_gate_up(gateup, swizzle, limit), group, ue8m0)
+
+
+def _expected(gate: torch.Tensor, up: torch.Tensor, group: int, ue8m0: bool) -> tuple[torch.Tensor, torch.Tensor]:
     d = gate.shape[-1]
     v = gate * torch.sigmoid(gate) * up
     grouped = v.reshape(*v.shape[:-1], d // group, group)
@@ -220,7 +223,8 @@ def compare_with_fp64(
     index = real.nonzero()  # [R, 2] (expert, row)
     where = lambda i: f"expert {int(index[i, 0])} row {int(index[i, 1])}"  # noqa: E731
     gateup = inputs.gateup.cpu()[real]
-    v, scale64 = fp64_expected(gateup, config.swizzle, config.swiglu_limit, shape.group_size, config.scale_ue8m0)
+    gate, up = _gate_up(gateup, config.swizzle, config.swiglu_limit)
+    v, scale64 = _expected(gate, up, shape.group_size, config.scale_ue8m0)
     out = outputs.out.cpu()[real]
     got_scale = smq.scale_to_float(outputs.scale.cpu(), shape, config)[real].double()
     if torch.isnan(out.float()).any() or torch.isnan(got_scale).any():
@@ -239,7 +243,6 @@ def compare_with_fp64(
     # Relative allowance per value: rounded intermediates, and a fast exp's argument rounding for negative gates.
     fast = torch.zeros_like(v)
     if tolerance.fast_exp:
-        gate = _gate_up(gateup, config.swizzle, config.swiglu_limit)[0]
         fast = (-gate).clamp(0.0, _FAST_EXP_MAX_ARG) * _FAST_EXP_PER_UNIT
     # A plugin's absmax is max_i |v_i| (1 + d_i) with |d_i| <= allowance_i: the unrounded scale lies between
     # these two. With no allowance both are the exact scale before rounding.
