@@ -20,13 +20,13 @@ if not torch.cuda.is_available():  # pragma: no cover - depends on the machine
 
 from sglang_moe_plugins.ops.silu_mul_quant import (  # noqa: E402
     SiluMulQuantInputs,
-    SiluMulQuantOutputs,
     allocate_outputs,
     describe,
     real_rows,
 )
 from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference  # noqa: E402
 from sglang_moe_plugins.plugins.triton import TritonPlugin  # noqa: E402
+from sglang_moe_plugins.testing.tolerance import POISON_FP8, poison  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -34,14 +34,6 @@ MODELS = json.loads(
     (pathlib.Path(__file__).resolve().parents[2] / "sglang_moe_plugins/data/moe_models.json").read_text()
 )["models"]
 LAYOUTS = ("column_major", "ue8m0_packed", "row_major")
-
-
-def _poison(outputs: SiluMulQuantOutputs) -> None:
-    outputs.out.view(torch.uint8).fill_(0xFF)
-    if outputs.scale.dtype == torch.int32:
-        outputs.scale.fill_(-1)
-    else:
-        outputs.scale.fill_(float("nan"))
 
 
 def _inputs(E: int, N: int, D: int, seed: int, masked=None, spread: int = 8):
@@ -64,8 +56,8 @@ def run_and_compare(x, m, *, gs, layout, limit=None, swizzle=False, plugin=None)
     answer = plugin.supports(shape, config)
     assert answer, answer.reason
     ref, got = allocate_outputs(shape, config, x.device), allocate_outputs(shape, config, x.device)
-    _poison(ref)
-    _poison(got)
+    poison(ref)
+    poison(got)
     silu_mul_quant_reference(SiluMulQuantInputs(x, m), ref, shape, config)
     plugin.run(SiluMulQuantInputs(x, m), got, shape, config)
     torch.cuda.synchronize()
@@ -77,7 +69,7 @@ def assert_matches(ref, got, m, N, ue8m0):
     mask = real_rows(m, N)
     qa = ref.out.view(torch.uint8)[mask].int()
     qb = got.out.view(torch.uint8)[mask].int()
-    assert int((qb == 0xFF).sum()) == 0, "real rows left unwritten (poison remains)"
+    assert int((qb == POISON_FP8).sum()) == 0, "real rows left unwritten (poison remains)"
     if qa.numel():
         same = qa == qb
         frac = float(same.float().mean())
@@ -94,7 +86,7 @@ def assert_matches(ref, got, m, N, ue8m0):
             rel = float(((sa - sb).abs() / sa.abs()).max())
             assert rel <= 1e-6, f"fp32 scales differ by {rel:.2e} relative"
     pad = ~mask
-    assert bool((got.out.view(torch.uint8)[pad] == 0xFF).all()), "padding rows were written"
+    assert bool((got.out.view(torch.uint8)[pad] == POISON_FP8).all()), "padding rows were written"
 
 
 @pytest.mark.parametrize("layout", ["row_major", "ue8m0_packed"])
@@ -115,7 +107,7 @@ def test_scale_when_the_absmax_comes_from_a_large_negative_gate(layout):
     m = torch.tensor([gates.numel()], dtype=torch.int32, device="cuda")
     shape, config = describe(x, m, group_size=128, topk=8, scale_layout=layout, keep_fp32=True)
     got = allocate_outputs(shape, config, x.device)
-    _poison(got)
+    poison(got)
     TritonPlugin().run(SiluMulQuantInputs(x, m), got, shape, config)
     torch.cuda.synchronize()
     verdict = compare_with_fp64(SiluMulQuantInputs(x, m), got, shape, config, STRICT)
@@ -214,10 +206,10 @@ def test_cuda_graph_capture_reads_masked_m_on_device(layout):
         x2, m2 = _inputs(E, N, D, seed=seed)
         x.copy_(x2)
         m.copy_(m2)  # new routing, same buffers: the captured kernel must follow it
-        _poison(got)
+        poison(got)
         graph.replay()
         ref = allocate_outputs(shape, config, x.device)
-        _poison(ref)
+        poison(ref)
         silu_mul_quant_reference(SiluMulQuantInputs(x, m), ref, shape, config)
         torch.cuda.synchronize()
         assert_matches(ref, got, m, N, config.scale_ue8m0)
