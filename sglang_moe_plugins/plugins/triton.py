@@ -67,8 +67,10 @@ class TritonPlugin(Plugin):
     #: false when the kernel right before this op may still be writing ``masked_m``).
     options = MappingProxyType({"pdl": True})
 
-    def __init__(self) -> None:
-        self._launches: dict[tuple, Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]] = {}
+    @functools.cached_property
+    def _launches(self) -> dict[tuple, Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]]:
+        """``run``'s prepared launches per (shape, config, device index); created on first use."""
+        return {}
 
     def available(self, platform: Platform) -> Support:
         if not platform.is_cuda:
