@@ -152,8 +152,13 @@ def pre_dispatch_section(iters: int, repeats: int) -> list[dict[str, Any]]:
     kernel = P._kernel()
     leading = (x.data_ptr(), x.stride(0), ids.data_ptr(), ids.stride(0), w.data_ptr(), w.stride(0))
     device = x.device
+
+    def import_statement() -> None:  # what mega_deep_gemm._our_pre_dispatch runs on every call
+        from sglang_moe_plugins.plugins._mega_pre_dispatch_triton import pre_dispatch  # noqa: F401
+
     cases: dict[str, Callable[[], Any]] = {
         "pre_dispatch (JIT path, decisions per call)": lambda: P.pre_dispatch(x, ids, w, *bufs, variant=variant),
+        "  the plugin's per-call import statement": import_statement,
         "  choose_tiling": lambda: P.choose_tiling(tokens, hidden, 128),
         "  PDL probe (_use_pdl, cached capability)": lambda: P._use_pdl(device),
         "  torch.cuda.get_device_capability (per call before issue 12)": lambda: torch.cuda.get_device_capability(device),
