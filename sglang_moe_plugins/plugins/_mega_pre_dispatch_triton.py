@@ -25,7 +25,14 @@ from typing import Any
 
 import torch
 
-from ._triton_launch import LowLevelLaunch, compile_specialisation, next_pow2, ordered_arguments, pdl_supported
+from ._triton_launch import (
+    LowLevelLaunch,
+    compile_specialisation,
+    next_pow2,
+    ordered_arguments,
+    pdl_supported,
+    triton_has_pdl,
+)
 
 __all__ = ["PreDispatchTiling", "choose_tiling", "pre_dispatch", "prepare_pre_dispatch", "PreDispatchLauncher", "FORMAT_CODES"]
 
@@ -236,7 +243,7 @@ def _arguments(
         BC=tiling.block_cols, PAD=_PAD_BLOCK, WRITE_SHARED=write_shared, COPY_TOPK=True, PDL=use_pdl,
         EVICT_FIRST=tiling.evict_first, num_warps=tiling.num_warps,
     )
-    if use_pdl:
+    if use_pdl and triton_has_pdl():  # an explicit pdl=True on an older Triton: in-kernel wait only
         kwargs["launch_pdl"] = True
     return (n_quant + n_pad,), args, kwargs
 

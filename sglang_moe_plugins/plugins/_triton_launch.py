@@ -27,7 +27,7 @@ import functools
 import logging
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["next_pow2", "pdl_supported", "LowLevelLaunch", "ordered_arguments", "compile_specialisation"]
+__all__ = ["next_pow2", "pdl_supported", "triton_has_pdl", "LowLevelLaunch", "ordered_arguments", "compile_specialisation"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def next_pow2(value: int) -> int:
 
 
 @functools.lru_cache(maxsize=1)
-def _triton_has_pdl() -> bool:
+def triton_has_pdl() -> bool:
     """Whether this Triton launches with programmatic dependent launch: the ``launch_pdl`` compile
     option (3.4+) and ``gdc_wait`` / ``gdc_launch_dependents`` in ``triton.language.extra.cuda``."""
     try:
@@ -58,7 +58,7 @@ def pdl_supported(device_index: int) -> bool:
     """Programmatic dependent launch on CUDA device ``device_index``: sm90+ and a Triton that has it."""
     import torch
 
-    return torch.cuda.get_device_capability(device_index)[0] >= 9 and _triton_has_pdl()
+    return torch.cuda.get_device_capability(device_index)[0] >= 9 and triton_has_pdl()
 
 
 def ordered_arguments(arg_names: Sequence[str], runtime: Sequence[Any], constexprs: Mapping[str, Any]) -> tuple:
