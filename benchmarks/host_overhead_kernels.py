@@ -121,6 +121,9 @@ def silu_section(iters: int, repeats: int) -> list[dict[str, Any]]:
                          "us_per_call": round(time_host(fn, iters, repeats), 2)})
         rows.append({"section": "silu_mul_quant", "shape": f"{label} E={E} N={N} D={D}", "path": "low-level entry used",
                      "us_per_call": None, "note": str(low is not None)})
+        rows.append({"section": "silu_mul_quant", "shape": f"{label} E={E} N={N} D={D}",
+                     "path": "cProfile of TritonPlugin.run (prepared)", "us_per_call": None,
+                     "note": profile_top(cases["TritonPlugin.run (prepared per key)"], iters)})
     return rows
 
 
@@ -190,7 +193,34 @@ def pre_dispatch_section(iters: int, repeats: int) -> list[dict[str, Any]]:
         out.append({"section": "mega_pre_dispatch", "shape": shape, "path": name, "us_per_call": value, "note": note})
     out.append({"section": "mega_pre_dispatch", "shape": shape, "path": "low-level entry used", "us_per_call": None,
                 "note": str(low is not None)})
+    out.append({"section": "mega_pre_dispatch", "shape": shape, "path": "cProfile of pre_dispatch (JIT path)",
+                "us_per_call": None, "note": profile_top(lambda: P.pre_dispatch(x, ids, w, *bufs, variant=variant), iters)})
     return out
+
+
+def profile_top(fn: Callable[[], Any], iters: int, top: int = 25) -> list[str]:
+    """Where the host time of ``fn`` goes: cProfile over ``iters`` calls, the ``top`` functions by
+    internal time (per-call microseconds, cumulative microseconds, calls per call, function)."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(iters):
+        fn()
+    profiler.disable()
+    torch.cuda.synchronize()
+    stats = pstats.Stats(profiler)
+    rows = []
+    for (filename, line, name), (_cc, ncalls, tottime, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        rows.append((tottime, cumtime, ncalls, f"{pathlib.Path(filename).name}:{line}({name})"))
+    rows.sort(reverse=True)
+    return [f"self {t / iters * 1e6:7.2f} us  cum {c / iters * 1e6:7.2f} us  x{n / iters:.1f}  {where}"
+            for t, c, n, where in rows[:top]]
 
 
 def main() -> int:
@@ -225,7 +255,13 @@ def main() -> int:
         args.out.write_text(text + "\n")
     for row in payload["rows"]:
         value = "" if row["us_per_call"] is None else f"{row['us_per_call']:8.2f} us"
-        print(f"{row['section']:18s} {row['shape'][:40]:40s} {row['path'][:62]:62s} {value} {row.get('note') or ''}")
+        note = row.get("note")
+        if isinstance(note, list):
+            print(f"{row['section']:18s} {row['path']}:")
+            for line in note:
+                print("    " + line)
+            continue
+        print(f"{row['section']:18s} {row['shape'][:40]:40s} {row['path'][:62]:62s} {value} {note or ''}")
     if skipped:
         print(f"skipped: {skipped}")
     return 0
