@@ -559,6 +559,8 @@ def prepare_launch(
         _silu_mul_quant_kernel[grid](gateup, masked_m, out, scale, *runtime, **kwargs)
 
     if device_index is None:
+        logger.debug("triton silu_mul_quant: prepared E=%d N=%d D=%d, grid %s, Triton's interpreter (JIT path)",
+                     num_experts, num_rows, hidden, grid)
         return jit
     try:
         compiled = compile_specialisation(_silu_mul_quant_kernel, dtypes + runtime, kwargs, device_index)
@@ -579,6 +581,8 @@ def prepare_launch(
             low(px, pm, po, ps)
 
     prepared.low_level = low  # type: ignore[attr-defined]  # for tests and benchmarks
+    logger.debug("triton silu_mul_quant: prepared E=%d N=%d D=%d on cuda:%d, grid %s, PDL %s, low-level launch",
+                 num_experts, num_rows, hidden, device_index, grid, plan.use_pdl)
     return prepared
 
 
