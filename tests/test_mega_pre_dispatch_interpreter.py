@@ -106,3 +106,66 @@ def test_choose_tiling_follows_the_measured_rules():
     assert c(64, 4096, 32, packed_fp4=True) == c(1, 4096, 32) == T(1, 1024, 4)
     assert c(16, 4096, 32) == T(2, 1024, 4)
     assert not any(c(t, h, 32).evict_first for t in (1, 64, 512, 8192) for h in (4096, 7168))
+
+
+_LAUNCHER_SCRIPT = """
+import torch
+from sglang_moe_plugins.plugins import _mega_pre_dispatch_triton as P
+
+def buffers(variant, rows, hidden, top_k):
+    if variant == "mxf4xmxf4":
+        x = torch.full((rows, hidden // 2), 0x5A, dtype=torch.int8)
+    else:
+        x = torch.full((rows, hidden), 0x5A, dtype=torch.int8).view(torch.float8_e4m3fn)
+    if variant == "sm90_fp8":
+        sf = torch.full((rows, hidden // 128), float("nan"))
+    else:
+        sf = torch.full((rows, hidden // 128), 0x5A5A5A5A, dtype=torch.int32)
+    return [x, sf, torch.full((rows, top_k), 77, dtype=torch.int64), torch.full((rows, top_k), float("nan"))]
+
+def raw(bufs):
+    return [b.contiguous().view(torch.uint8) for b in bufs]
+
+built = []
+for variant in ("fp8xfp4", "mxf4xmxf4", "sm90_fp8"):
+    hidden, top_k = 256, 3
+    want, got = buffers(variant, 16, hidden, top_k), buffers(variant, 16, hidden, top_k)
+    launcher = P.prepare_pre_dispatch(*got, variant=variant, routed_scaling_factor=1.5)
+    for tokens in (5, 0, 5, 16, 5):  # repeated token counts reuse their plan
+        gen = torch.Generator().manual_seed(tokens + 7)
+        x = torch.randn(tokens, hidden, generator=gen).to(torch.bfloat16)
+        ids = torch.randint(-1, 64, (tokens, top_k), generator=gen, dtype=torch.int32)
+        w = torch.rand(tokens, top_k, generator=gen)
+        P.pre_dispatch(x, ids, w, *want, variant=variant, routed_scaling_factor=1.5)
+        launcher(x, ids, w)
+        for a, b, name in zip(raw(want), raw(got), ("x", "x_sf", "topk_idx", "topk_weights")):
+            assert torch.equal(a, b), f"{variant} T={tokens}: {name}"
+    built.append(launcher.plans_built)
+print("plans", built)
+"""
+
+
+def test_prepared_launcher_equals_pre_dispatch_under_interpreter() -> None:
+    """``prepare_pre_dispatch``'s launcher writes the same bytes as ``pre_dispatch`` into its buffers,
+    over a sequence of token counts (including 0), and builds one plan per token count."""
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(_LAUNCHER_SCRIPT)], capture_output=True, text=True,
+                          env=env, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "plans [3, 3, 3]" in proc.stdout
+
+
+def test_prepared_launcher_checks_its_buffers() -> None:
+    import torch
+
+    from sglang_moe_plugins.plugins._mega_pre_dispatch_triton import prepare_pre_dispatch
+
+    x = torch.empty(8, 256, dtype=torch.float8_e4m3fn)
+    sf = torch.empty(8, 2)
+    idx, w = torch.empty(8, 2, dtype=torch.int64), torch.empty(8, 2)
+    with pytest.raises(ValueError, match="variant"):
+        prepare_pre_dispatch(x, sf, idx, w, variant="fp4")
+    with pytest.raises(ValueError, match="contiguous"):
+        prepare_pre_dispatch(x, sf, idx.t(), w, variant="sm90_fp8")
+    with pytest.raises(ValueError, match="unit stride"):
+        prepare_pre_dispatch(x, torch.empty(2, 8).t(), idx, w, variant="sm90_fp8")

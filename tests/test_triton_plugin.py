@@ -68,12 +68,20 @@ def test_import_and_answers_without_triton_installed():
 
 
 # ---------------------------------------------------------------------- available / supports
-def test_plugin_identity():
-    plugin = TritonPlugin()
-    assert plugin.name == "triton"
-    assert plugin.op == "silu_mul_quant"
-    assert isinstance(plugin.priority, int)
-    assert plugin.description
+def test_plugin_passes_the_registry_checks_under_its_entry_point_name():
+    """The registry accepts the plugin (name pattern, op, priority, contract version, options) and
+    records it under the name and op the package's entry point declares."""
+    import tomllib
+
+    from sglang_moe_plugins.registry import Registry
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
+        entry_points = tomllib.load(handle)["project"]["entry-points"]
+    record = Registry.from_plugins([TritonPlugin()]).get("triton")
+    assert entry_points["sglang_moe_plugins.kernels"][record.name] == "sglang_moe_plugins.plugins.triton:TritonPlugin"
+    assert record.op == "silu_mul_quant" and record.priority == TritonPlugin.priority
+    assert dict(record.options) == {"pdl": True}
+    assert "\n" not in TritonPlugin.description and TritonPlugin.description.strip()
 
 
 @pytest.mark.parametrize(
@@ -143,11 +151,52 @@ def test_supports_rejects_with_specific_reasons(with_triton):
     assert not answer and "CUDA" in answer.reason
 
 
-def test_supports_is_pure_and_cheap(with_triton):
-    plugin = TritonPlugin()
-    shape, config = SiluMulQuantShape(32, 64, 2048, 128, 8), SiluMulQuantConfig(H200)
-    first = plugin.supports(shape, config)
-    assert all(plugin.supports(shape, config) == first for _ in range(100))
+def test_supports_is_pure_and_cheap(monkeypatch):
+    """``supports`` answers from the shape and config alone: no CUDA query, no import (of Triton or
+    the kernel module), and the Triton probe (``find_spec``) at most once however often it is asked."""
+    import builtins
+    import importlib.util
+
+    import torch
+
+    from sglang_moe_plugins import hardware
+
+    counts = {"cuda": 0, "find_spec": 0, "imports": []}
+
+    def cuda_query(*args, **kwargs):
+        counts["cuda"] += 1
+        raise AssertionError("supports() queried CUDA")
+
+    for name in ("is_available", "current_device", "get_device_capability", "get_device_properties", "device_count"):
+        monkeypatch.setattr(torch.cuda, name, cuda_query)
+    real_find_spec, real_import = importlib.util.find_spec, builtins.__import__
+
+    def find_spec(name, *args, **kwargs):
+        counts["find_spec"] += 1
+        return real_find_spec(name, *args, **kwargs)
+
+    def tracking_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if "triton" in name or any("triton" in str(item) for item in fromlist or ()):
+            counts["imports"].append((name, fromlist, level))
+        return real_import(name, globals, locals, fromlist, level)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    monkeypatch.setattr(builtins, "__import__", tracking_import)
+    hardware.triton_available.cache_clear()
+    try:
+        plugin = TritonPlugin()
+        shapes = [SiluMulQuantShape(32, 64, 2048, 128, 8), SiluMulQuantShape(4, 8, 96, 48, 8)]
+        configs = [SiluMulQuantConfig(H200), SiluMulQuantConfig(Platform.cpu()), SiluMulQuantConfig(Platform.cuda(8, 0))]
+        first = {(s, c): plugin.supports(s, c) for s in shapes for c in configs}
+        for _ in range(100):
+            assert {(s, c): plugin.supports(s, c) for s in shapes for c in configs} == first
+    finally:
+        hardware.triton_available.cache_clear()
+    assert counts["cuda"] == 0
+    assert counts["imports"] == []
+    assert counts["find_spec"] <= 1
+    installed = real_find_spec("triton") is not None
+    assert [bool(a) for a in first.values()] == [installed, False, False, False, False, False]
 
 
 # ------------------------------------------------------------------ kernel logic (interpreter)
@@ -310,24 +359,152 @@ def test_choose_config_waves_by_regime():
         == {(few.block_m, few.block_c, few.num_warps)}
 
 
-def test_resident_is_looked_up_once_per_specialisation(monkeypatch):
-    """The occupancy lookup compiles (warmup) once per compiled-kernel key and is cached after that."""
-    K = pytest.importorskip("sglang_moe_plugins.plugins._triton_silu_mul_quant")
-    import types
+# ------------------------------------------------------------------ prepared launch
+_PREPARE_SCRIPT = """
+import json
+import torch
+from sglang_moe_plugins.ops.silu_mul_quant import SiluMulQuantInputs, allocate_outputs, describe
+from sglang_moe_plugins.plugins import _triton_silu_mul_quant as K
+from sglang_moe_plugins.plugins.triton import TritonPlugin
+from sglang_moe_plugins.quant import round_to_bf16
+from sglang_moe_plugins.testing.tolerance import poison
 
-    torch = K.torch
-    compiled = types.SimpleNamespace(n_regs=39, metadata=types.SimpleNamespace(shared=16), function=0,
-                                     _init_handles=lambda: None)
-    calls = []
-    monkeypatch.setattr(K._silu_mul_quant_kernel, "warmup", lambda *a, **kw: calls.append(kw) or compiled)
-    monkeypatch.setattr(K, "resident_programs_per_sm", lambda c, warps, index: 12)
-    monkeypatch.setattr(K, "_OCCUPANCY", {})
-    args = (torch.zeros(1, dtype=torch.bfloat16), torch.zeros(1, dtype=torch.int32),
-            torch.zeros(1, dtype=torch.float8_e4m3fn), torch.zeros(1), 4, 8, 1, 1, 1, 0.0)
-    constexprs = dict(D=256, GS=128, UE8M0=False, num_warps=4)
-    assert K._resident(0, args, constexprs, 4) == 12
-    assert K._resident(0, args, dict(constexprs), 4) == 12
-    assert len(calls) == 1
-    assert K._resident(0, args, dict(constexprs, UE8M0=True), 4) == 12  # another kernel: another lookup
-    assert len(calls) == 2
-    assert list(K.occupancy_records().values()) == [(39, 16, 12), (39, 16, 12)]
+plans = []
+real_plan = K.plan_launch
+def counting_plan(*args, **kwargs):
+    plans.append(args[:3])
+    return real_plan(*args, **kwargs)
+K.plan_launch = counting_plan
+
+def outputs(shape, config):
+    o = allocate_outputs(shape, config, torch.device("cpu"))
+    poison(o)
+    return o
+
+def same(a, b):
+    return torch.equal(a.out.view(torch.uint8), b.out.view(torch.uint8)) and torch.equal(
+        a.scale.contiguous().view(torch.uint8), b.scale.contiguous().view(torch.uint8))
+
+plugin = TritonPlugin()
+results = []
+for E, N, D, gs, layout, limit, swizzle, seed in [(3, 5, 64, 16, "column_major", None, False, 1),
+                                                   (4, 6, 96, 32, "ue8m0_packed", 7.3, True, 2),
+                                                   (2, 7, 128, 64, "row_major", 10.0, False, 3)]:
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(E, N, 2 * D, generator=g) * 3).to(torch.bfloat16)
+    m = torch.randint(0, N + 1, (E,), generator=g, dtype=torch.int32)
+    shape, config = describe(x, m, group_size=gs, topk=8, swiglu_limit=limit, swizzle=swizzle, scale_layout=layout)
+    jit, via_run, via_prepare = outputs(shape, config), outputs(shape, config), outputs(shape, config)
+    K.launch(x, m, jit.out, jit.scale, group_size=gs, swiglu_limit=None if limit is None else round_to_bf16(limit),
+             swizzle=swizzle, ue8m0=config.scale_ue8m0, config=K.choose_config(E, N, D, gs, 8))
+    before = len(plans)
+    for _ in range(3):
+        plugin.run(SiluMulQuantInputs(x, m), via_run, shape, config)
+    plans_for_three_runs = len(plans) - before
+    bound = plugin.prepare(shape, config)
+    returned = bound(SiluMulQuantInputs(x, m), via_prepare)
+    results.append({"case": [E, N, D, gs, layout, limit, swizzle], "run_equals_jit": same(jit, via_run),
+                    "prepare_equals_jit": same(jit, via_prepare), "plans_for_three_runs": plans_for_three_runs,
+                    "returned": repr(returned), "written": not bool(torch.isnan(via_prepare.out.float()).all())})
+x0, m0 = torch.empty(0, 0, 256, dtype=torch.bfloat16), torch.empty(0, dtype=torch.int32)
+empty = describe(x0, m0, group_size=128, topk=8, swiglu_limit=None, swizzle=False, scale_layout="row_major")
+before = len(plans)
+result = plugin.prepare(*empty)(SiluMulQuantInputs(x0, m0), allocate_outputs(*empty, torch.device("cpu")))
+print(json.dumps({"results": results, "empty_returns": repr(result), "empty_plans": len(plans) - before,
+                  "keys": len(plugin._launches)}))
+"""
+
+
+def test_prepare_and_run_equal_the_jit_launch_under_the_interpreter():
+    """Under Triton's CPU interpreter: ``run`` (three calls) and ``prepare``'s launch write the same
+    bytes as the JIT launcher ``launch``; ``run`` plans once per shape key; an empty shape launches
+    nothing."""
+    pytest.importorskip("triton")
+    out = _run_python(_PREPARE_SCRIPT, env={"TRITON_INTERPRET": "1"}, timeout=300)
+    report = json.loads(out.strip().splitlines()[-1])
+    for r in report["results"]:
+        assert r["run_equals_jit"] and r["prepare_equals_jit"] and r["written"], r
+        assert r["plans_for_three_runs"] == 1, r  # prepared on the first run of the key, reused after
+        assert r["returned"] == "None", r
+    assert report["keys"] == 3
+    assert report["empty_returns"] == "None" and report["empty_plans"] == 1
+
+
+def test_argument_plan_matches_the_kernel_signature():
+    """The low-level launcher gets every parameter in declaration order (runtime arguments, then the
+    constexpr values), as ``JITFunction.run`` passes ``bound_args.values()``: checked against Python's
+    own binding of the kernel's signature. Options (num_warps, launch_pdl, ...) are not parameters."""
+    pytest.importorskip("triton")
+    import inspect
+
+    from sglang_moe_plugins.plugins import _triton_silu_mul_quant as K
+    from sglang_moe_plugins.plugins._triton_launch import ordered_arguments
+
+    plan = K.plan_launch(5, 7, 256, group_size=128, scale_strides=(14, 1, 8), swiglu_limit=7.0, swizzle=True,
+                         ue8m0=False, device_index=None, pointers=("gateup", "m", "out", "scale"))
+    kwargs = plan.kwargs_dict
+    runtime = ("gateup", "m", "out", "scale") + plan.runtime
+    fn = K._silu_mul_quant_kernel.fn
+    signature = inspect.signature(fn)
+    params = {name: kwargs[name] for name in signature.parameters if name in kwargs}
+    expected = tuple(signature.bind(*runtime, **params).arguments.values())
+    assert ordered_arguments(K._silu_mul_quant_kernel.arg_names, runtime, kwargs) == expected
+    assert len(expected) == len(signature.parameters)
+    assert plan.runtime == (5, 7, 14, 1, 8, 7.0)
+    assert {"num_warps", "num_stages"} <= set(kwargs) - set(signature.parameters)
+    with pytest.raises(KeyError, match="BLOCK_E"):
+        ordered_arguments(K._silu_mul_quant_kernel.arg_names, runtime, {k: v for k, v in kwargs.items() if k != "BLOCK_E"})
+
+
+class _RecordingCompiled:
+    """A stand-in for Triton's CompiledKernel that records what its launcher is called with."""
+
+    def __init__(self):
+        self.calls = []
+        self.function = 1234
+        self.packed_metadata = (4, 1, 0)
+
+    def run(self, *args):
+        self.calls.append(args)
+
+    def launch_metadata(self, grid, stream, *args):
+        return {"grid": grid, "stream": stream, "nargs": len(args)}
+
+
+def test_low_level_launch_passes_hooks_only_when_installed(monkeypatch):
+    """With Triton's launch hooks idle the launcher gets None for metadata and hooks (the JIT path
+    would build the metadata on every call); once a hook is installed (a profiler), the metadata and
+    both hook chains are passed, as the JIT path does."""
+    pytest.importorskip("triton")
+    from triton import knobs
+
+    from sglang_moe_plugins.plugins import _triton_launch as L
+
+    monkeypatch.setattr(L, "_stream_getter", lambda: (lambda index: 7000 + index))
+    compiled = _RecordingCompiled()
+    low = L.LowLevelLaunch(compiled, (9, 1, 1), (11, 22.0, True), device_index=3)
+    low(101, 102)
+    assert compiled.calls[-1] == (9, 1, 1, 7003, 1234, (4, 1, 0), None, None, None, 101, 102, 11, 22.0, True)
+    seen = []
+    knobs.runtime.launch_enter_hook.add(seen.append)
+    try:
+        low(201, 202)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(seen.append)
+    call = compiled.calls[-1]
+    assert call[:6] == (9, 1, 1, 7003, 1234, (4, 1, 0))
+    assert call[6] == {"grid": (9, 1, 1), "stream": 7003, "nargs": 5}
+    assert call[7] is knobs.runtime.launch_enter_hook and call[8] is knobs.runtime.launch_exit_hook
+    assert call[9:] == (201, 202, 11, 22.0, True)
+    with pytest.raises(RuntimeError, match="entry point"):
+        L.LowLevelLaunch(object(), (1, 1, 1), (), device_index=0)
+
+
+def test_next_pow2_is_shared():
+    from sglang_moe_plugins.plugins import _mega_pre_dispatch_triton as P
+    from sglang_moe_plugins.plugins._triton_launch import next_pow2
+
+    assert [next_pow2(n) for n in (0, 1, 2, 3, 4, 5, 1023, 1024, 1025)] == [1, 1, 2, 4, 4, 8, 1024, 1024, 2048]
+    assert P.next_pow2 is next_pow2
+    K = pytest.importorskip("sglang_moe_plugins.plugins._triton_silu_mul_quant")
+    assert K.next_pow2 is next_pow2 and K.pdl_supported is P.pdl_supported

@@ -40,13 +40,16 @@ import functools
 import logging
 import threading
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 import triton
 import triton.language as tl
 
-__all__ = ["KernelConfig", "choose_block_c", "choose_config", "launch", "sm_count", "pdl_supported",
-           "resident_programs_per_sm", "occupancy_records"]
+from ._triton_launch import LowLevelLaunch, compile_specialisation, next_pow2, ordered_arguments, pdl_supported
+
+__all__ = ["KernelConfig", "LaunchPlan", "choose_block_c", "choose_config", "launch", "plan_launch", "prepare_launch",
+           "sm_count", "pdl_supported", "resident_programs_per_sm", "occupancy_records"]
 
 logger = logging.getLogger(__name__)
 
@@ -324,14 +327,10 @@ _DECODE_ROWS = 2048
 _TILE_ELEMS = 2048
 
 
-def _next_pow2(value: int) -> int:
-    return 1 << max(0, int(value) - 1).bit_length()
-
-
 def choose_block_c(hidden: int, group_size: int, max_block_c: int = 1024) -> int:
     """Columns per work item: the largest power of two in [group_size, max_block_c] whose padding of D
     to a multiple of it wastes at most 1/8 of the lanes (D = 768 -> 256, 1536 -> 512, 2880 -> 1024)."""
-    block_c = max(group_size, min(max_block_c, _next_pow2(hidden)))
+    block_c = max(group_size, min(max_block_c, next_pow2(hidden)))
     while block_c > group_size:
         padded = -(-hidden // block_c) * block_c
         if (padded - hidden) * 8 <= hidden:
@@ -371,17 +370,6 @@ def choose_config(num_experts: int, max_rows: int, hidden: int, group_size: int,
 def sm_count(device_index: int) -> int:
     """Multiprocessor count of a CUDA device (device properties only, cached)."""
     return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
-
-
-@functools.lru_cache(maxsize=None)
-def pdl_supported(device_index: int) -> bool:
-    """Programmatic dependent launch: sm90+ and a Triton with ``gdc_wait`` / ``launch_pdl`` (3.4+)."""
-    major, _ = torch.cuda.get_device_capability(device_index)
-    try:
-        from triton.language.extra import cuda as tl_cuda
-    except ImportError:
-        return False
-    return major >= 9 and hasattr(tl_cuda, "gdc_wait") and hasattr(tl_cuda, "gdc_launch_dependents")
 
 
 #: (device index, compiled-kernel key) -> (registers per thread, shared bytes, resident programs per SM)
@@ -426,6 +414,75 @@ def resident_programs_per_sm(compiled, num_warps: int, device_index: int) -> int
     return max(1, min(by_regs, by_threads, by_shared, 32))
 
 
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What a launch derives from the sizes and flags alone: the arguments after the four pointers
+    (``runtime``), the constexprs and launch options (``kwargs``, as ``kernel[grid](**kwargs)`` takes
+    them) and the grid."""
+
+    runtime: tuple
+    kwargs: tuple[tuple[str, Any], ...]
+    grid: tuple[int]
+    use_pdl: bool
+
+    @property
+    def kwargs_dict(self) -> dict[str, Any]:
+        return dict(self.kwargs)
+
+
+def _dtype(arg: Any) -> torch.dtype:
+    return arg if isinstance(arg, torch.dtype) else arg.dtype
+
+
+def plan_launch(
+    num_experts: int,
+    num_rows: int,
+    hidden: int,
+    *,
+    group_size: int,
+    scale_strides: tuple[int, int, int],
+    swiglu_limit: float | None,
+    swizzle: bool,
+    ue8m0: bool,
+    config: KernelConfig | None = None,
+    pdl: bool = True,
+    device_index: int | None,
+    pointers: tuple[Any, Any, Any, Any],
+) -> LaunchPlan | None:
+    """The launch for these sizes (``None``: nothing to launch). ``device_index`` None means Triton's
+    CPU interpreter. ``pointers``: the four tensors, or their dtypes (for the occupancy lookup, which
+    compiles the kernel once per specialisation)."""
+    if num_experts == 0 or num_rows == 0 or hidden == 0:
+        return None
+    if config is None:
+        config = choose_config(num_experts, num_rows, hidden, group_size)
+    groups = hidden // group_size
+    block_c = config.block_c
+    num_chunks = -(-hidden // block_c)
+    max_items = num_experts * (-(-num_rows // config.block_m)) * num_chunks
+    on_gpu = device_index is not None
+    use_pdl = on_gpu and bool(pdl) and pdl_supported(device_index)
+    block_e = min(max(next_pow2(num_experts), _MIN_BLOCK_E), _MAX_BLOCK_E)
+    s_e, s_r, s_g = (int(s) for s in scale_strides)
+    runtime = (num_experts, num_rows, s_e, s_r, s_g, float(swiglu_limit) if swiglu_limit is not None else 0.0)
+    kwargs = dict(
+        D=hidden, GS=group_size, G=groups, GP=(groups + 3) // 4, BM=config.block_m, BC=block_c, NC=num_chunks,
+        BLOCK_E=block_e, ONE_CHUNK=num_experts <= block_e, HAS_LIMIT=swiglu_limit is not None,
+        SWIZZLE=bool(swizzle), UE8M0=bool(ue8m0), EVEN_D=hidden % block_c == 0, PREFETCH=bool(config.prefetch),
+        FAST=on_gpu, USE_PDL=use_pdl, num_warps=config.num_warps, num_stages=1,
+    )
+    if use_pdl:
+        kwargs["launch_pdl"] = True
+    if config.max_registers is not None:
+        kwargs["maxnreg"] = int(config.max_registers)
+    if on_gpu:
+        per_sm = min(config.ctas_per_sm, _resident(device_index, tuple(pointers) + runtime, kwargs, config.num_warps))
+        programs = sm_count(device_index) * per_sm * max(1, config.waves)
+    else:
+        programs = 3
+    return LaunchPlan(runtime, tuple(kwargs.items()), (max(1, min(max_items, programs)),), use_pdl)
+
+
 def launch(
     gateup: torch.Tensor,
     masked_m: torch.Tensor,
@@ -439,80 +496,109 @@ def launch(
     config: KernelConfig | None = None,
     pdl: bool = True,
 ) -> None:
-    """Launch the kernel on already validated tensors; ``scale`` may be any strided layout.
+    """Launch the kernel through Triton's JIT dispatch on already validated tensors; ``scale`` may be
+    any strided layout. Every shape-dependent decision is made again on each call: the hooked path
+    uses :func:`prepare_launch` instead.
 
     ``swiglu_limit`` must already be rounded to bf16. Reads no tensor data on the host. ``pdl``
     launches with programmatic dependent launch where the device and Triton support it (the kernel
     reads ``masked_m`` before waiting for the previous kernel, as SGLang's kernel does).
     """
     num_experts, num_rows, two_d = gateup.shape
-    hidden = two_d // 2
-    if num_experts == 0 or num_rows == 0 or hidden == 0:
-        return
-    if config is None:
-        config = choose_config(num_experts, num_rows, hidden, group_size)
-    groups = hidden // group_size
-    block_c = config.block_c
-    num_chunks = -(-hidden // block_c)
-    max_items = num_experts * (-(-num_rows // config.block_m)) * num_chunks
-    on_gpu = gateup.device.type == "cuda"
-    index = 0
-    if on_gpu:
+    index = None
+    if gateup.device.type == "cuda":
         index = gateup.device.index if gateup.device.index is not None else torch.cuda.current_device()
-        use_pdl = bool(pdl) and pdl_supported(index)
-    else:  # Triton's CPU interpreter (TRITON_INTERPRET=1), used by the CPU tests
-        use_pdl = False
-    block_e = min(max(_next_pow2(num_experts), _MIN_BLOCK_E), _MAX_BLOCK_E)
-    s_e, s_r, s_g = scale.stride()
-    extra = {"launch_pdl": True} if use_pdl else {}
-    args = (gateup, masked_m, out, scale, num_experts, num_rows, s_e, s_r, s_g,
-            float(swiglu_limit) if swiglu_limit is not None else 0.0)
-    constexprs = dict(
-        D=hidden,
-        GS=group_size,
-        G=groups,
-        GP=(groups + 3) // 4,
-        BM=config.block_m,
-        BC=block_c,
-        NC=num_chunks,
-        BLOCK_E=block_e,
-        ONE_CHUNK=num_experts <= block_e,
-        HAS_LIMIT=swiglu_limit is not None,
-        SWIZZLE=bool(swizzle),
-        UE8M0=bool(ue8m0),
-        EVEN_D=hidden % block_c == 0,
-        PREFETCH=bool(config.prefetch),
-        FAST=on_gpu,
-        USE_PDL=use_pdl,
-        num_warps=config.num_warps,
-        num_stages=1,
-        **extra,
-    )
-    if config.max_registers is not None:
-        constexprs["maxnreg"] = int(config.max_registers)
-    if on_gpu:
-        per_sm = min(config.ctas_per_sm, _resident(index, args, constexprs, config.num_warps)) * max(1, config.waves)
-        programs = sm_count(index) * per_sm
-    else:
-        programs = 3
-    grid = (max(1, min(max_items, programs)),)
-    _silu_mul_quant_kernel[grid](*args, **constexprs)
+    plan = plan_launch(num_experts, num_rows, two_d // 2, group_size=group_size, scale_strides=scale.stride(),
+                       swiglu_limit=swiglu_limit, swizzle=swizzle, ue8m0=ue8m0, config=config, pdl=pdl,
+                       device_index=index, pointers=(gateup, masked_m, out, scale))
+    if plan is not None:
+        _silu_mul_quant_kernel[plan.grid](gateup, masked_m, out, scale, *plan.runtime, **plan.kwargs_dict)
+
+
+def _nothing(gateup: torch.Tensor, masked_m: torch.Tensor, out: torch.Tensor, scale: torch.Tensor) -> None:
+    return None
+
+
+_LOW_LEVEL_FAILED: set[str] = set()
+
+
+def prepare_launch(
+    num_experts: int,
+    num_rows: int,
+    hidden: int,
+    *,
+    group_size: int,
+    scale_strides: tuple[int, int, int],
+    swiglu_limit: float | None,
+    swizzle: bool,
+    ue8m0: bool,
+    config: KernelConfig | None = None,
+    pdl: bool = True,
+    device_index: int | None,
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]:
+    """A launcher ``(gateup, masked_m, out, scale) -> None`` with everything that depends on the sizes
+    decided now: launch configuration, constexprs, grid (occupancy looked up once), PDL, and the
+    scale strides ``scale_strides`` (the layout's; the tensors passed later must have them).
+
+    On a CUDA device (``device_index``) the kernel is compiled now and each call goes straight to the
+    compiled kernel's launcher (:class:`~._triton_launch.LowLevelLaunch`); a call whose pointers are
+    not 16-byte aligned or whose tensors are on another device takes the JIT path, as does every
+    call when this Triton lacks the low-level entry point (decided here, once). ``device_index``
+    None: Triton's CPU interpreter, through the JIT path.
+    """
+    scale_dtype = torch.int32 if ue8m0 else torch.float32
+    dtypes = (torch.bfloat16, torch.int32, torch.float8_e4m3fn, scale_dtype)
+    plan = plan_launch(num_experts, num_rows, hidden, group_size=group_size, scale_strides=scale_strides,
+                       swiglu_limit=swiglu_limit, swizzle=swizzle, ue8m0=ue8m0, config=config, pdl=pdl,
+                       device_index=device_index, pointers=dtypes)
+    if plan is None:
+        return _nothing
+    grid, runtime, kwargs = plan.grid, plan.runtime, plan.kwargs_dict
+
+    def jit(gateup: torch.Tensor, masked_m: torch.Tensor, out: torch.Tensor, scale: torch.Tensor) -> None:
+        _silu_mul_quant_kernel[grid](gateup, masked_m, out, scale, *runtime, **kwargs)
+
+    if device_index is None:
+        logger.debug("triton silu_mul_quant: prepared E=%d N=%d D=%d, grid %s, Triton's interpreter (JIT path)",
+                     num_experts, num_rows, hidden, grid)
+        return jit
+    try:
+        compiled = compile_specialisation(_silu_mul_quant_kernel, dtypes + runtime, kwargs, device_index)
+        tail = ordered_arguments(_silu_mul_quant_kernel.arg_names, (0, 0, 0, 0) + runtime, kwargs)[4:]
+        low = LowLevelLaunch(compiled, (grid[0], 1, 1), tail, device_index)
+    except Exception as exc:  # noqa: BLE001 - another Triton: the JIT path still launches the same kernel
+        reason = f"{type(exc).__name__}: {exc}"
+        if reason not in _LOW_LEVEL_FAILED:
+            _LOW_LEVEL_FAILED.add(reason)
+            logger.warning("triton silu_mul_quant: launching through Triton's JIT dispatch (%s)", reason)
+        return jit
+
+    def prepared(gateup: torch.Tensor, masked_m: torch.Tensor, out: torch.Tensor, scale: torch.Tensor) -> None:
+        px, pm, po, ps = gateup.data_ptr(), masked_m.data_ptr(), out.data_ptr(), scale.data_ptr()
+        if (px | pm | po | ps) & 15 or gateup.get_device() != device_index:
+            jit(gateup, masked_m, out, scale)
+        else:
+            low(px, pm, po, ps)
+
+    prepared.low_level = low  # type: ignore[attr-defined]  # for tests and benchmarks
+    logger.debug("triton silu_mul_quant: prepared E=%d N=%d D=%d on cuda:%d, grid %s, PDL %s, low-level launch",
+                 num_experts, num_rows, hidden, device_index, grid, plan.use_pdl)
+    return prepared
 
 
 def _resident(index: int, args: tuple, constexprs: dict, num_warps: int) -> int:
     """Resident programs per SM of the kernel these arguments compile to (cached per specialisation:
-    the first call compiles it through ``warmup`` without launching). A per-SM count above this
-    splits the grid into a full wave and a partial one that runs at low occupancy (Kimi-K2 EP8
-    prefill: 16 launched, 12 resident, 51 us instead of 45)."""
-    # launch() builds constexprs in one fixed order, so its items identify the specialisation as they are
-    key = (index, args[0].dtype, args[1].dtype, args[2].dtype, args[3].dtype, tuple(constexprs.items()))
+    the first call compiles it through ``warmup`` without launching; pointers may be given as dtypes).
+    A per-SM count above this splits the grid into a full wave and a partial one that runs at low
+    occupancy (Kimi-K2 EP8 prefill: 16 launched, 12 resident, 51 us instead of 45)."""
+    # plan_launch builds constexprs in one fixed order, so its items identify the specialisation as they are
+    key = (index, *(_dtype(a) for a in args[:4]), tuple(constexprs.items()))
     with _OCCUPANCY_LOCK:
         hit = _OCCUPANCY.get(key)
     if hit is not None:
         return hit[2]
     try:
-        compiled = _silu_mul_quant_kernel.warmup(*args, grid=(1,), **constexprs)
-        compiled._init_handles()
+        compiled = compile_specialisation(_silu_mul_quant_kernel, args, constexprs, index)
         record = (int(compiled.n_regs), int(getattr(compiled.metadata, "shared", 0) or 0),
                   resident_programs_per_sm(compiled, num_warps, index))
     except Exception as exc:  # noqa: BLE001 - a Triton without warmup/n_regs: keep the configured grid
@@ -523,4 +609,3 @@ def _resident(index: int, args: tuple, constexprs: dict, num_warps: int) -> int:
     logger.debug("triton silu_mul_quant: %s registers, %s B shared, %s resident programs per SM for %s",
                  record[0], record[1], record[2], key[-1])
     return record[2]
-

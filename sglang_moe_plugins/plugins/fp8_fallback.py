@@ -12,13 +12,11 @@ from __future__ import annotations
 from ..contract import Plugin, Support
 from ..hardware import Platform
 from ..host_kernels import get_host_kernels
-from ..ops.silu_mul_quant import OP, SiluMulQuantConfig, SiluMulQuantShape, split_gate_up
+from ..ops.silu_mul_quant import GROUP_SIZES, OP, SiluMulQuantConfig, SiluMulQuantShape, split_gate_up
 from ..quant import round_to_bf16
 from ._sglang_kernel_support import cuda_host_kernels
 
-__all__ = ["Fp8FallbackPlugin", "GROUP_SIZES"]
-
-GROUP_SIZES = (16, 32, 64, 128, 256)
+__all__ = ["Fp8FallbackPlugin", "GROUP_SIZES"]  # GROUP_SIZES: the op's (re-exported)
 
 
 class Fp8FallbackPlugin(Plugin):

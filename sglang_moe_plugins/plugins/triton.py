@@ -5,13 +5,21 @@ Every shape the op allows (any E, any N, any D that is a multiple of the group s
 and all three scale layouts. One launch per call, no host sync, CUDA-graph capturable; one
 compiled kernel per shape family (E, D, group size, layout, flags), whatever N and ``masked_m``.
 
-Importing this module imports neither Triton nor the kernel: both load on the first ``run``.
+Importing this module imports neither Triton nor the kernel: both load on the first ``prepare`` or
+``run``. ``prepare(shape, config)`` returns the launch of a shape key with every shape-dependent
+decision made once (the hooked path calls it through ``Selector.bind``); ``run`` uses the same
+prepared launch, cached per shape key and device.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import threading
 from types import MappingProxyType
+from typing import Any, Callable
+
+import torch
 
 from ..contract import Plugin, Support
 from ..hardware import Platform, triton_available
@@ -22,6 +30,7 @@ from ..ops.silu_mul_quant import (
     SiluMulQuantInputs,
     SiluMulQuantOutputs,
     SiluMulQuantShape,
+    expected_scale_strides,
 )
 
 __all__ = ["TritonPlugin", "MIN_SM"]
@@ -29,6 +38,10 @@ __all__ = ["TritonPlugin", "MIN_SM"]
 #: The FP8 e4m3 conversion the kernel relies on (``cvt.rn.satfinite.e4m3x2.f32``) needs sm89+.
 MIN_SM = 89
 _MAX_INT32 = 2**31 - 1
+#: Shape keys ``run`` keeps a prepared launch for (then it starts over, with one log line).
+_MAX_PREPARED = 1024
+_LOCK = threading.Lock()
+logger = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=64)
@@ -53,6 +66,11 @@ class TritonPlugin(Plugin):
     #: before waiting for the previous kernel in the stream, as SGLang's JIT kernel does; set it to
     #: false when the kernel right before this op may still be writing ``masked_m``).
     options = MappingProxyType({"pdl": True})
+
+    @functools.cached_property
+    def _launches(self) -> dict[tuple, Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]]:
+        """``run``'s prepared launches per (shape, config, device index); created on first use."""
+        return {}
 
     def available(self, platform: Platform) -> Support:
         if not platform.is_cuda:
@@ -86,6 +104,39 @@ class TritonPlugin(Plugin):
             + (", swizzle" if config.swizzle else "")
         )
 
+    def prepare(
+        self, shape: SiluMulQuantShape, config: SiluMulQuantConfig
+    ) -> Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]:
+        """The launch for this shape key, decided once: launch configuration, constexprs, grid (from
+        the compiled kernel's occupancy), PDL, the bf16-rounded ``swiglu_limit`` and the scale
+        strides of the layout. On CUDA the kernel is compiled here and each call goes to its
+        launcher directly (no JIT dispatch); see ``_triton_silu_mul_quant.prepare_launch``."""
+        from . import _triton_silu_mul_quant as kernel
+
+        device_index = torch.cuda.current_device() if config.platform.is_cuda else None
+        return self._prepare(shape, config, device_index, kernel)
+
+    def _prepare(self, shape: SiluMulQuantShape, config: SiluMulQuantConfig, device_index: int | None,
+                 kernel: Any) -> Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]:
+        limit = None if config.swiglu_limit is None else _bf16_limit(float(config.swiglu_limit))
+        launch = kernel.prepare_launch(
+            shape.num_experts, shape.max_rows, shape.hidden,
+            group_size=shape.group_size,
+            scale_strides=expected_scale_strides(shape, config)[1],
+            swiglu_limit=limit,
+            swizzle=config.swizzle,
+            ue8m0=config.scale_ue8m0,
+            config=kernel.choose_config(shape.num_experts, shape.max_rows, shape.hidden, shape.group_size, shape.topk),
+            pdl=bool(self.options.get("pdl", True)),
+            device_index=device_index,
+        )
+
+        def bound(inputs: SiluMulQuantInputs, outputs: SiluMulQuantOutputs) -> None:
+            launch(inputs.gateup, inputs.masked_m, outputs.out, outputs.scale)
+
+        bound.launch = launch  # type: ignore[attr-defined]  # the tensor-level launcher (tests, benchmarks)
+        return bound
+
     def run(
         self,
         inputs: SiluMulQuantInputs,
@@ -93,20 +144,18 @@ class TritonPlugin(Plugin):
         shape: SiluMulQuantShape,
         config: SiluMulQuantConfig,
     ) -> None:
-        from . import _triton_silu_mul_quant as kernel
+        """Launch through the prepared launch of ``(shape, config, device)``, prepared on first use."""
+        index = inputs.gateup.get_device()
+        device_index = None if index < 0 else index
+        key = (shape, config, device_index)
+        launch = self._launches.get(key)
+        if launch is None:
+            from . import _triton_silu_mul_quant as kernel
 
-        limit = None if config.swiglu_limit is None else _bf16_limit(float(config.swiglu_limit))
-        kernel.launch(
-            inputs.gateup,
-            inputs.masked_m,
-            outputs.out,
-            outputs.scale,
-            group_size=shape.group_size,
-            swiglu_limit=limit,
-            swizzle=config.swizzle,
-            ue8m0=config.scale_ue8m0,
-            config=kernel.choose_config(
-                shape.num_experts, shape.max_rows, shape.hidden, shape.group_size, shape.topk
-            ),
-            pdl=bool(self.options.get("pdl", True)),
-        )
+            launch = self._prepare(shape, config, device_index, kernel)
+            with _LOCK:
+                if len(self._launches) >= _MAX_PREPARED:
+                    logger.warning("triton: more than %d shape keys prepared; dropping the cached launches", _MAX_PREPARED)
+                    self._launches.clear()
+                self._launches[key] = launch
+        launch(inputs, outputs)

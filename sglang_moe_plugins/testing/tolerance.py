@@ -33,7 +33,10 @@ step plus ``2**-7 * |v|``. With ``keep_fp32`` the strict policy applies.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
+
 import torch
 
 from ..errors import MoEPluginsError
@@ -166,13 +169,21 @@ def _expected(gate: torch.Tensor, up: torch.Tensor, group: int, ue8m0: bool) -> 
     return v, scale
 
 
-def poison(outputs: smq.SiluMulQuantOutputs) -> None:
-    """Fill the outputs with values no plugin writes for a real row (see the module docstring)."""
-    outputs.out.view(torch.uint8).fill_(POISON_FP8)
-    if outputs.scale.dtype == torch.int32:
-        outputs.scale.fill_(POISON_SCALE_INT)
-    else:
-        outputs.scale.fill_(float("nan"))
+def poison(outputs: Any) -> None:
+    """Fill every tensor of an op's outputs (a dataclass of tensors) with values no plugin writes for
+    a real row (see the module docstring): FP8 bytes ``POISON_FP8`` (NaN), integer words
+    ``POISON_SCALE_INT``, floating point NaN. The one poison helper of the conformance suite and the
+    tests (``silu_mul_quant``: ``out``, ``scale``; ``mega_moe``: ``y``)."""
+    for field in dataclasses.fields(outputs):
+        value = getattr(outputs, field.name)
+        if not isinstance(value, torch.Tensor):
+            continue
+        if value.element_size() == 1 and value.is_floating_point():
+            value.view(torch.uint8).fill_(POISON_FP8)
+        elif value.is_floating_point():
+            value.fill_(float("nan"))
+        else:
+            value.fill_(POISON_SCALE_INT)
 
 
 def _real_rows(inputs: smq.SiluMulQuantInputs, shape: smq.SiluMulQuantShape) -> torch.Tensor:

@@ -125,3 +125,59 @@ def test_reference_on_gpu_matches_cpu(variant: str) -> None:
     rel = ((outs[0] - outs[1]).norm() / outs[0].norm()).item()
     assert rel < 1e-2, rel
     assert dataclasses.replace(gpu.config, platform=cpu.config.platform) == cpu.config
+
+
+# -- the prepared pre-dispatch launcher (issue 12) ------------------------------------------------------
+from sglang_moe_plugins.plugins._mega_pre_dispatch_triton import prepare_pre_dispatch  # noqa: E402
+
+
+@pytest.mark.parametrize("variant", ["fp8xfp4", "mxf4xmxf4", "sm90_fp8"])
+@pytest.mark.parametrize("hidden,top_k", [(1024, 8), (4096, 6), (7168, 9)])
+def test_prepared_pre_dispatch_equals_jit_bit_for_bit(variant: str, hidden: int, top_k: int) -> None:
+    """``prepare_pre_dispatch``'s launcher (compiled kernel's launcher, precomputed arguments) writes the
+    bytes ``pre_dispatch`` (Triton's JIT dispatch) writes, over a sequence of token counts into the same
+    buffers (as decode and prefill alternate), with int64 top-k ids and bf16 weights too."""
+    rows = 4096
+    want, got = _buffers(variant, rows, hidden, top_k), _buffers(variant, rows, hidden, top_k)
+    launcher = prepare_pre_dispatch(*got, variant=variant, routed_scaling_factor=2.5)
+    for step, tokens in enumerate((32, 1, 0, 333, 32, 2048, 1)):
+        x = _activations(tokens, hidden, seed=step * 7 + hidden)
+        ids = torch.randint(-1, 256, (tokens, top_k), device="cuda", dtype=torch.int64 if step % 2 else torch.int32)
+        weights = torch.rand(tokens, top_k, device="cuda").to(torch.bfloat16 if step == 3 else torch.float32)
+        pre_dispatch(x, ids, weights, *want, variant=variant, routed_scaling_factor=2.5)
+        launcher(x, ids, weights)
+        torch.cuda.synchronize()
+        for name, a, b in zip(("x", "x_sf", "topk_idx", "topk_weights"), want, got):
+            assert _same(a, b), f"{variant} T={tokens} H={hidden} step {step}: {name} differs"
+    plan = launcher._plans[next(k for k in launcher._plans if k[0][0] == 32)]
+    assert hasattr(plan, "low_level"), "the prepared launch fell back to the JIT path"
+
+
+def test_prepared_pre_dispatch_captures_in_a_cuda_graph() -> None:
+    """Captured once, replayed with new activations and routing in the same input tensors: equal to
+    the eager JIT launch; no host sync (capture would fail on one)."""
+    variant, tokens, hidden, top_k, rows = "sm90_fp8", 32, 1024, 8, 8192
+    x = _activations(tokens, hidden, seed=1)
+    ids = torch.randint(-1, 8, (tokens, top_k), device="cuda", dtype=torch.int32)
+    weights = torch.rand(tokens, top_k, device="cuda")
+    want, got = _buffers(variant, rows, hidden, top_k), _buffers(variant, rows, hidden, top_k)
+    launcher = prepare_pre_dispatch(*got, variant=variant)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        launcher(x, ids, weights)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launcher(x, ids, weights)
+    for seed in (2, 3):
+        x.copy_(_activations(tokens, hidden, seed=seed))
+        ids.copy_(torch.randint(-1, 8, (tokens, top_k), device="cuda", dtype=torch.int32))
+        weights.copy_(torch.rand(tokens, top_k, device="cuda"))
+        graph.replay()
+        pre_dispatch(x, ids, weights, *want, variant=variant)
+        torch.cuda.synchronize()
+        for name, a, b in zip(("x", "x_sf", "topk_idx", "topk_weights"), want, got):
+            assert _same(a, b), f"replay seed {seed}: {name} differs"
+    assert launcher.plans_built == 1

@@ -20,13 +20,13 @@ if not torch.cuda.is_available():  # pragma: no cover - depends on the machine
 
 from sglang_moe_plugins.ops.silu_mul_quant import (  # noqa: E402
     SiluMulQuantInputs,
-    SiluMulQuantOutputs,
     allocate_outputs,
     describe,
     real_rows,
 )
 from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference  # noqa: E402
 from sglang_moe_plugins.plugins.triton import TritonPlugin  # noqa: E402
+from sglang_moe_plugins.testing.tolerance import POISON_FP8, poison  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -34,14 +34,6 @@ MODELS = json.loads(
     (pathlib.Path(__file__).resolve().parents[2] / "sglang_moe_plugins/data/moe_models.json").read_text()
 )["models"]
 LAYOUTS = ("column_major", "ue8m0_packed", "row_major")
-
-
-def _poison(outputs: SiluMulQuantOutputs) -> None:
-    outputs.out.view(torch.uint8).fill_(0xFF)
-    if outputs.scale.dtype == torch.int32:
-        outputs.scale.fill_(-1)
-    else:
-        outputs.scale.fill_(float("nan"))
 
 
 def _inputs(E: int, N: int, D: int, seed: int, masked=None, spread: int = 8):
@@ -64,8 +56,8 @@ def run_and_compare(x, m, *, gs, layout, limit=None, swizzle=False, plugin=None)
     answer = plugin.supports(shape, config)
     assert answer, answer.reason
     ref, got = allocate_outputs(shape, config, x.device), allocate_outputs(shape, config, x.device)
-    _poison(ref)
-    _poison(got)
+    poison(ref)
+    poison(got)
     silu_mul_quant_reference(SiluMulQuantInputs(x, m), ref, shape, config)
     plugin.run(SiluMulQuantInputs(x, m), got, shape, config)
     torch.cuda.synchronize()
@@ -77,7 +69,7 @@ def assert_matches(ref, got, m, N, ue8m0):
     mask = real_rows(m, N)
     qa = ref.out.view(torch.uint8)[mask].int()
     qb = got.out.view(torch.uint8)[mask].int()
-    assert int((qb == 0xFF).sum()) == 0, "real rows left unwritten (poison remains)"
+    assert int((qb == POISON_FP8).sum()) == 0, "real rows left unwritten (poison remains)"
     if qa.numel():
         same = qa == qb
         frac = float(same.float().mean())
@@ -94,7 +86,7 @@ def assert_matches(ref, got, m, N, ue8m0):
             rel = float(((sa - sb).abs() / sa.abs()).max())
             assert rel <= 1e-6, f"fp32 scales differ by {rel:.2e} relative"
     pad = ~mask
-    assert bool((got.out.view(torch.uint8)[pad] == 0xFF).all()), "padding rows were written"
+    assert bool((got.out.view(torch.uint8)[pad] == POISON_FP8).all()), "padding rows were written"
 
 
 @pytest.mark.parametrize("layout", ["row_major", "ue8m0_packed"])
@@ -115,7 +107,7 @@ def test_scale_when_the_absmax_comes_from_a_large_negative_gate(layout):
     m = torch.tensor([gates.numel()], dtype=torch.int32, device="cuda")
     shape, config = describe(x, m, group_size=128, topk=8, scale_layout=layout, keep_fp32=True)
     got = allocate_outputs(shape, config, x.device)
-    _poison(got)
+    poison(got)
     TritonPlugin().run(SiluMulQuantInputs(x, m), got, shape, config)
     torch.cuda.synchronize()
     verdict = compare_with_fp64(SiluMulQuantInputs(x, m), got, shape, config, STRICT)
@@ -214,10 +206,10 @@ def test_cuda_graph_capture_reads_masked_m_on_device(layout):
         x2, m2 = _inputs(E, N, D, seed=seed)
         x.copy_(x2)
         m.copy_(m2)  # new routing, same buffers: the captured kernel must follow it
-        _poison(got)
+        poison(got)
         graph.replay()
         ref = allocate_outputs(shape, config, x.device)
-        _poison(ref)
+        poison(ref)
         silu_mul_quant_reference(SiluMulQuantInputs(x, m), ref, shape, config)
         torch.cuda.synchronize()
         assert_matches(ref, got, m, N, config.scale_ue8m0)
@@ -264,3 +256,131 @@ def test_non_finite_policy(layout, limit):
     else:
         assert bool(torch.isfinite(sb).all())
         assert float(((sa - sb).abs() / sa.abs()).max()) <= 1e-6
+
+
+# ---------------------------------------------------------------- prepared launch (issue 12)
+from sglang_moe_plugins.ops.silu_mul_quant import expected_scale_strides  # noqa: E402
+from sglang_moe_plugins.plugins import _triton_silu_mul_quant as K  # noqa: E402
+from sglang_moe_plugins.quant import round_to_bf16  # noqa: E402
+
+PREPARED_CASES = [
+    (32, 64, 2048, 128, "column_major", None, False),  # DSV4-Flash EP8 decode
+    (32, 1024, 2048, 128, "ue8m0_packed", 10.0, True),  # DSV4 prefill, swizzle, limit
+    (128, 16, 768, 128, "row_major", None, False),  # Qwen3-30B: E > D // 8
+    (3, 5, 96, 32, "ue8m0_packed", 7.0, False),  # G % 4 != 0, N % 4 != 0
+    (2000, 3, 64, 64, "column_major", None, False),  # E above one prologue chunk
+    (1, 1, 128, 128, "column_major", None, False),
+]
+
+
+def _bytes(outputs):
+    scale = outputs.scale
+    return outputs.out.view(torch.uint8).clone(), scale.as_strided((scale.untyped_storage().nbytes() // scale.element_size(),), (1,)).view(torch.uint8).clone()
+
+
+def _jit_launch(x, m, outputs, shape, config):
+    K.launch(x, m, outputs.out, outputs.scale, group_size=shape.group_size,
+             swiglu_limit=None if config.swiglu_limit is None else round_to_bf16(config.swiglu_limit),
+             swizzle=config.swizzle, ue8m0=config.scale_ue8m0,
+             config=K.choose_config(shape.num_experts, shape.max_rows, shape.hidden, shape.group_size, shape.topk))
+
+
+@pytest.mark.parametrize("E, N, D, gs, layout, limit, swizzle", PREPARED_CASES)
+def test_prepared_launch_equals_jit_launch_bit_for_bit(E, N, D, gs, layout, limit, swizzle):
+    """``prepare``'s launch (the compiled kernel's launcher, precomputed arguments) writes exactly the
+    bytes of Triton's JIT launch, pad bytes and untouched padding rows included, and uses the low-level
+    entry point (not the JIT fallback) on this Triton."""
+    x, m = _inputs(E, N, D, seed=E + N)
+    shape, config = describe(x, m, group_size=gs, topk=8, swiglu_limit=limit, swizzle=swizzle, scale_layout=layout)
+    jit, prepared = allocate_outputs(shape, config, x.device), allocate_outputs(shape, config, x.device)
+    poison(jit)
+    poison(prepared)
+    _jit_launch(x, m, jit, shape, config)
+    bound = TritonPlugin().prepare(shape, config)
+    assert hasattr(bound.launch, "low_level"), "the prepared launch fell back to the JIT path"
+    assert bound(SiluMulQuantInputs(x, m), prepared) is None
+    torch.cuda.synchronize()
+    for a, b in zip(_bytes(jit), _bytes(prepared)):
+        assert torch.equal(a, b)
+    ref = allocate_outputs(shape, config, x.device)
+    poison(ref)
+    silu_mul_quant_reference(SiluMulQuantInputs(x, m), ref, shape, config)
+    torch.cuda.synchronize()
+    assert_matches(ref, prepared, m, N, config.scale_ue8m0)
+
+
+def test_prepared_launch_unaligned_input_takes_the_jit_path():
+    """A gateup view that is not 16-byte aligned (the kernel was compiled for aligned pointers) gives
+    the same bytes as the JIT launch, which compiles the unaligned specialisation."""
+    E, N, D = 4, 8, 256
+    x, m = _inputs(E, N + 1, D, seed=3)
+    base = torch.empty(E * N * 2 * D + 1, dtype=torch.bfloat16, device="cuda")
+    x = base[1:].view(E, N, 2 * D).copy_(x[:, :N])  # 2-byte offset
+    assert x.data_ptr() % 16
+    shape, config = describe(x, m.clamp(max=N), group_size=128, topk=8, scale_layout="column_major")
+    m = m.clamp(max=N)
+    jit, prepared = allocate_outputs(shape, config, x.device), allocate_outputs(shape, config, x.device)
+    poison(jit)
+    poison(prepared)
+    _jit_launch(x, m, jit, shape, config)
+    TritonPlugin().prepare(shape, config)(SiluMulQuantInputs(x, m), prepared)
+    torch.cuda.synchronize()
+    for a, b in zip(_bytes(jit), _bytes(prepared)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_prepared_launch_under_cuda_graph_follows_new_routing(layout):
+    """The prepared launch captured in a CUDA graph replays with new data and routing in the same
+    buffers, equal to an eager JIT launch, byte for byte."""
+    E, N, D = 16, 32, 1024
+    x, m = _inputs(E, N, D, seed=21)
+    shape, config = describe(x, m, group_size=128, topk=8, swiglu_limit=10.0, scale_layout=layout)
+    bound = TritonPlugin().prepare(shape, config)
+    got = allocate_outputs(shape, config, x.device)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        bound(SiluMulQuantInputs(x, m), got)  # warm-up off the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        bound(SiluMulQuantInputs(x, m), got)
+    for seed in (22, 23, 24):
+        x2, m2 = _inputs(E, N, D, seed=seed)
+        x.copy_(x2)
+        m.copy_(m2)
+        poison(got)
+        graph.replay()
+        want = allocate_outputs(shape, config, x.device)
+        poison(want)
+        _jit_launch(x, m, want, shape, config)
+        torch.cuda.synchronize()
+        mask = real_rows(m, N)
+        assert torch.equal(got.out.view(torch.uint8)[mask], want.out.view(torch.uint8)[mask])
+        assert torch.equal(got.scale[mask].contiguous().view(torch.uint8), want.scale[mask].contiguous().view(torch.uint8))
+
+
+def test_no_recompilation_across_token_counts_and_occupancy_once(monkeypatch):
+    """One compiled kernel serves every token count N (and every masked_m): Triton's JIT cache does
+    not grow and the occupancy lookup (which compiles through ``warmup``) sees one specialisation."""
+    E, D = 8, 1024
+    kernel = K._silu_mul_quant_kernel
+    monkeypatch.setattr(K, "_OCCUPANCY", {})
+    device = torch.cuda.current_device()
+    sizes = []
+    for N in (1, 3, 64, 100, 1000, 4096):
+        x, m = _inputs(E, N, D, seed=N)
+        shape, config = describe(x, m, group_size=128, topk=8, scale_layout="column_major")
+        got = allocate_outputs(shape, config, x.device)
+        TritonPlugin().run(SiluMulQuantInputs(x, m), got, shape, config)
+        torch.cuda.synchronize()
+        caches = getattr(kernel, "device_caches", None)
+        if caches is not None and isinstance(caches.get(device), tuple) and isinstance(caches[device][0], dict):
+            sizes.append(len(caches[device][0]))
+    assert len(set(sizes)) <= 1, f"the JIT cache grew across token counts: {sizes}"
+    records = K.occupancy_records()
+    assert len(records) == 1, list(records)
+    ((regs, _shared, resident),) = records.values()
+    assert regs > 0 and resident >= 1
