@@ -126,7 +126,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     warnings = forced_here_warnings(registry)
     policy = ("strict: a plugin that fails at run time raises" if registry.config.strict else
               "a silu_mul_quant plugin that fails at run time is logged once and the next one runs; mega_moe raises (collective)")
-    blocks = [f"platform: {platform_text}", f"failure policy: {policy}"] + [f"note: {n}" for n in notes] + [f"WARNING: {w}" for w in warnings]
+    blocks = ["\n".join([f"platform: {platform_text}", f"failure policy: {policy}"] + [f"note: {n}" for n in notes]
+                         + [f"WARNING: {w}" for w in warnings])]
     calls = []
     quiet = logging.getLogger("sglang_moe_plugins.selection")
     level = quiet.level
