@@ -37,6 +37,8 @@ class _Progress:
 
     def __call__(self, done: int, total: int, label: str) -> None:
         total = max(total, 1)
+        if done == 0:
+            self.last_decile = -1  # a new phase (supports() questions, then runs)
         filled = self.width * done // total
         bar = "#" * filled + "." * (self.width - filled)
         elapsed = time.perf_counter() - self.started

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ..catalog import DEFAULT_ROWS
 from ..contract import Support
@@ -67,6 +68,10 @@ class SuiteOptions:
     max_elements: int | None = None
     #: supports() must take less than this per call (median), in microseconds.
     supports_budget_us: float = 1000.0
+    #: No single supports() call may take longer than this (microseconds; the first call of the run, which
+    #: may pay one-time imports, is exempt). A slower call fails ``supports_cheap`` at once and the
+    #: remaining cases are not asked, so a costly supports() fails fast.
+    supports_limit_us: float = 50_000.0
     #: Run at most this many of the accepted catalog cases, spread over the models (the others are
     #: supports()-checked only). None: 24 on CPU (or the op adapter's ``max_cpu_catalog_runs``), all on
     #: CUDA. Edge and random cases always run.
@@ -93,8 +98,10 @@ class SuiteOptions:
             value = getattr(self, field)
             if value is not None and not (positive_int(value) or (field == "max_catalog_runs" and value == 0)):
                 raise bad(field, "None or a positive int")
-        if isinstance(self.supports_budget_us, bool) or not isinstance(self.supports_budget_us, (int, float)) or self.supports_budget_us <= 0:
-            raise bad("supports_budget_us", "a number > 0")
+        for field in ("supports_budget_us", "supports_limit_us"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise bad(field, "a number > 0")
         if not isinstance(self.device, str):
             raise bad("device", '"auto", "cpu", "cuda" or "cuda:N"')
 
@@ -175,24 +182,86 @@ class _Checks:
         return tuple(out)
 
 
-def _ask(plugin: Any, shape: Any, config: Any) -> tuple[Any, float]:
+#: Tensor methods that read a tensor's values on the host (a device sync on CUDA).
+_HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__complex__", "numpy", "cpu", "__array__"})
+
+
+class _HostReadWatch(TorchFunctionMode):
+    """Records tensor-value reads made while supports() runs. Shapes and configs hold plain values only,
+    so such a read comes from a tensor the plugin holds or makes itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = getattr(func, "__name__", "")
+        if name in _HOST_READS:
+            self.reads.append(f".{name}()" if not name.startswith("__") else f"{name.strip('_')}(tensor)")
+        return func(*args, **(kwargs or {}))
+
+
+def _ask(plugin: Any, shape: Any, config: Any) -> tuple[Any, float, list[str]]:
+    watch = _HostReadWatch()
     start = time.perf_counter()
-    answer = plugin.supports(shape, config)
-    return answer, (time.perf_counter() - start) * 1e6
+    with watch:
+        answer = plugin.supports(shape, config)
+    return answer, (time.perf_counter() - start) * 1e6, watch.reads
 
 
-def _check_supports(plugin: Any, case: SuiteCase, checks: _Checks, timings: list[float]) -> tuple[bool | None, str, list[CaseFailure]]:
-    """Ask supports() three times (twice as drawn, once on copies); returns (supported, reason, failures)."""
+def _ask_all(
+    plugin: Any,
+    drawn: list[SuiteCase],
+    answers: dict[int, tuple[bool | None, str, list[CaseFailure]]],
+    checks: _Checks,
+    timings: list[float],
+    options: SuiteOptions,
+    progress: ProgressCallback | None,
+) -> str:
+    """Ask supports() about every case (progress as ``supports() <label>``). Stops at the first call over
+    the per-call limit, or once the median of 30+ calls is over 10x the budget; returns why ('' if not)."""
+    limit = options.supports_limit_us
+    for index, case in enumerate(drawn):
+        if progress is not None:
+            progress(index, len(drawn), f"supports() {case.label}")
+        answers[id(case)] = _check_supports(plugin, case, checks, timings, limit)
+        slow = [t for t in timings[1:] if t > limit]
+        left = len(drawn) - index - 1
+        if slow:
+            return (f"supports() took {max(slow) / 1e6:.3f} s on one call ({_short(case)}), over the {limit / 1e3:.0f} ms per-call limit "
+                    f"(the first call of the run is exempt); {left} remaining case(s) not asked")
+        if len(timings) >= 30 and statistics.median(timings) > 10 * options.supports_budget_us:
+            return (f"supports() takes {statistics.median(timings):.0f} us per call (median of {len(timings)}), over 10x the "
+                    f"{options.supports_budget_us:.0f} us budget; {left} remaining case(s) not asked")
+    return ""
+
+
+def _check_supports(
+    plugin: Any, case: SuiteCase, checks: _Checks, timings: list[float], limit_us: float = float("inf")
+) -> tuple[bool | None, str, list[CaseFailure]]:
+    """Ask supports() three times (twice as drawn, once on copies) under a watch for tensor reads;
+    returns (supported, reason, failures). Stops early after a call over ``limit_us``."""
     failures: list[CaseFailure] = []
     answers = []
+    reads: list[str] = []
     for shape, config in ((case.shape, case.config), (case.shape, case.config), (_copy(case.shape), _copy(case.config))):
         try:
-            answer, micros = _ask(plugin, shape, config)
+            answer, micros, read = _ask(plugin, shape, config)
         except Exception as exc:  # noqa: BLE001 - the finding
             failures.append(checks.fail("supports_answer", case, f"supports() raised {_error_text(exc)}; it must return Support.no(reason)"))
             return None, f"supports() raised {type(exc).__name__}: {exc}", failures
         timings.append(micros)
         answers.append(answer)
+        reads += read
+        if micros > limit_us and len(timings) > 1:
+            break  # over the per-call limit: the caller stops asking
+    if reads:
+        failures.append(checks.fail("supports_no_sync", case, f"supports() read tensor values ({', '.join(dict.fromkeys(reads))}): "
+                                    "a host sync, and an answer that may differ between ranks; decide from the shape and config only"))
+    else:
+        checks.ok("supports_no_sync")
+    if len(answers) < 3:
+        return None, "not decided: supports() went over the per-call time limit", failures
     first = answers[0]
     reason = getattr(first, "reason", None)
     if not isinstance(first, Support) and not isinstance(reason, str):
@@ -356,8 +425,9 @@ def run_conformance(
     drawn = list(adapter.cases(options, platform, seed))
     timings: list[float] = []
     answers: dict[int, tuple[bool | None, str, list[CaseFailure]]] = {}
-    for case in drawn:
-        answers[id(case)] = _check_supports(plugin, case, checks, timings)
+    stopped = _ask_all(plugin, drawn, answers, checks, timings, options, progress)
+    if stopped:
+        drawn = [c for c in drawn if id(c) in answers]
     accepted = [c for c in drawn if c.execute and answers[id(c)][0]]
     catalog_limit = options.resolved_max_catalog_runs(platform)
     adapter_cpu_limit = getattr(adapter, "max_cpu_catalog_runs", None)
@@ -397,11 +467,15 @@ def run_conformance(
     if timings:
         median = statistics.median(timings)
         budget = options.supports_budget_us
-        if median > budget:
+        if stopped:
+            checks.fail("supports_cheap", None, stopped)
+        elif median > budget:
             checks.fail("supports_cheap", None, f"supports() took {median:.0f} us per call (median of {len(timings)}), over the {budget:.0f} us budget")
         else:
             checks.ok("supports_cheap")
-        checks.notes["supports_cheap"] = f"median {median:.1f} us, max {max(timings):.1f} us (budget {budget:.0f} us)"
+        slowest = max(timings[1:]) if len(timings) > 1 else timings[0]
+        checks.notes["supports_cheap"] = (f"median {median:.1f} us, slowest {slowest:.1f} us after the first call ({timings[0]:.1f} us); "
+                                          f"budget {budget:.0f} us median, {options.supports_limit_us:.0f} us per call")
     if adapter.coverage != FULL:
         for key in ("run_no_crash", "output_layout", "inputs_unchanged", "rows_written", "numerics"):
             checks.notes[key] = "not exercised: " + adapter.note
