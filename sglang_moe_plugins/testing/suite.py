@@ -370,6 +370,10 @@ def run_conformance(
     :class:`~sglang_moe_plugins.testing.PluginLoadError` when ``target`` cannot be loaded.
     """
     started = time.perf_counter()
+    valid = [f.name for f in dataclasses.fields(SuiteOptions)]
+    for key in overrides:
+        if key not in valid:
+            raise InvalidArgumentError("conformance suite", key, overrides[key], f"a SuiteOptions field: {', '.join(valid)}")
     options = dataclasses.replace(options or SuiteOptions(), **overrides)
     if options.seed is None:
         options = dataclasses.replace(options, seed=random.SystemRandom().randrange(1 << 31))
