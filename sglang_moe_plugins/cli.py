@@ -147,6 +147,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except MoEPluginsError as exc:  # strict = true and a plugin could not be registered
         problems.append(f"plugin registry error: {exc}")
         registry = None
+        config_failed = True
     if registry is not None:
         report["config"] = {"file": registry.config.source, "strict": registry.config.strict, "notes": list(registry.config.notes),
                             "force": dict(registry.config.force)}
@@ -196,7 +197,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     lines += [f"  - {p}" for p in problems]
     emit(args, report, "\n".join(lines))
     if config_failed:
-        return 1  # the configuration cannot be loaded: the package is off (or, under strict, every hooked call raises)
+        # The configuration (or, under strict, the registry) cannot be loaded: the package is off, or under
+        # strict every hooked call raises. A script checking the install must notice without a flag.
+        return 1
     return 1 if problems and args.strict_exit else 0
 
 
@@ -209,11 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_explain_parser(sub)
     p_doc = sub.add_parser(
         "doctor", help="host versions, configuration, hooks applied or not and why",
-        description="Exit status: 1 when the configuration cannot be loaded (the package would be off); 0 otherwise, "
-                    "also when other problems are listed, unless --strict-exit is given.")
+        description="Exit status: 1 when the configuration cannot be loaded, or under strict the plugin registry cannot be "
+                    "built (the package would be off, or every hooked call would raise); otherwise 0, also when other "
+                    "problems are listed, unless --strict-exit is given.")
     p_doc.add_argument("--json", action="store_true")
     p_doc.add_argument("--no-hooks", action="store_true", help="skip importing SGLang to check the hook targets (fast)")
-    p_doc.add_argument("--strict-exit", action="store_true", help="exit 1 when any problem is found (a configuration error always exits 1)")
+    p_doc.add_argument("--strict-exit", action="store_true", help="exit 1 when any problem is found (a configuration or strict registry error always exits 1)")
     p_doc.add_argument("--no-self-check", action="store_true",
                        help="skip running each available silu_mul_quant plugin once on a small probe call")
     p_doc.set_defaults(func=cmd_doctor)

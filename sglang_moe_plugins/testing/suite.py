@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from ..catalog import DEFAULT_ROWS
 from ..contract import Support
@@ -27,6 +26,7 @@ from ..ops import OPS
 from ..registry import validate_plugin
 from .adapters import FULL, NONE, OpConformance, SuiteCase, conformance_for
 from .loading import LoadedPlugin, load_plugin
+from .supports_cost import ask, ask_all
 from .report import CHECKS, FAILED, PASSED, SKIPPED, CaseFailure, CaseResult, CheckResult, ConformanceReport
 
 __all__ = ["SuiteOptions", "run_conformance", "ProgressCallback", "DEFAULT_CPU_MAX_ELEMENTS", "DEFAULT_CUDA_MAX_ELEMENTS", "DEFAULT_CPU_CATALOG_RUNS"]
@@ -182,60 +182,6 @@ class _Checks:
         return tuple(out)
 
 
-#: Tensor methods that read a tensor's values on the host (a device sync on CUDA).
-_HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__complex__", "numpy", "cpu", "__array__"})
-
-
-class _HostReadWatch(TorchFunctionMode):
-    """Records tensor-value reads made while supports() runs. Shapes and configs hold plain values only,
-    so such a read comes from a tensor the plugin holds or makes itself."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reads: list[str] = []
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        name = getattr(func, "__name__", "")
-        if name in _HOST_READS:
-            self.reads.append(f".{name}()" if not name.startswith("__") else f"{name.strip('_')}(tensor)")
-        return func(*args, **(kwargs or {}))
-
-
-def _ask(plugin: Any, shape: Any, config: Any) -> tuple[Any, float, list[str]]:
-    watch = _HostReadWatch()
-    start = time.perf_counter()
-    with watch:
-        answer = plugin.supports(shape, config)
-    return answer, (time.perf_counter() - start) * 1e6, watch.reads
-
-
-def _ask_all(
-    plugin: Any,
-    drawn: list[SuiteCase],
-    answers: dict[int, tuple[bool | None, str, list[CaseFailure]]],
-    checks: _Checks,
-    timings: list[float],
-    options: SuiteOptions,
-    progress: ProgressCallback | None,
-) -> str:
-    """Ask supports() about every case (progress as ``supports() <label>``). Stops at the first call over
-    the per-call limit, or once the median of 30+ calls is over 10x the budget; returns why ('' if not)."""
-    limit = options.supports_limit_us
-    for index, case in enumerate(drawn):
-        if progress is not None:
-            progress(index, len(drawn), f"supports() {case.label}")
-        answers[id(case)] = _check_supports(plugin, case, checks, timings, limit)
-        slow = [t for t in timings[1:] if t > limit]
-        left = len(drawn) - index - 1
-        if slow:
-            return (f"supports() took {max(slow) / 1e6:.3f} s on one call ({_short(case)}), over the {limit / 1e3:.0f} ms per-call limit "
-                    f"(the first call of the run is exempt); {left} remaining case(s) not asked")
-        if len(timings) >= 30 and statistics.median(timings) > 10 * options.supports_budget_us:
-            return (f"supports() takes {statistics.median(timings):.0f} us per call (median of {len(timings)}), over 10x the "
-                    f"{options.supports_budget_us:.0f} us budget; {left} remaining case(s) not asked")
-    return ""
-
-
 def _check_supports(
     plugin: Any, case: SuiteCase, checks: _Checks, timings: list[float], limit_us: float = float("inf")
 ) -> tuple[bool | None, str, list[CaseFailure]]:
@@ -246,7 +192,7 @@ def _check_supports(
     reads: list[str] = []
     for shape, config in ((case.shape, case.config), (case.shape, case.config), (_copy(case.shape), _copy(case.config))):
         try:
-            answer, micros, read = _ask(plugin, shape, config)
+            answer, micros, read = ask(plugin, shape, config)
         except Exception as exc:  # noqa: BLE001 - the finding
             failures.append(checks.fail("supports_answer", case, f"supports() raised {_error_text(exc)}; it must return Support.no(reason)"))
             return None, f"supports() raised {type(exc).__name__}: {exc}", failures
@@ -429,7 +375,8 @@ def run_conformance(
     drawn = list(adapter.cases(options, platform, seed))
     timings: list[float] = []
     answers: dict[int, tuple[bool | None, str, list[CaseFailure]]] = {}
-    stopped = _ask_all(plugin, drawn, answers, checks, timings, options, progress)
+    stopped = ask_all(drawn, answers, lambda case, limit: _check_supports(plugin, case, checks, timings, limit), timings,
+                      options.supports_limit_us, options.supports_budget_us, progress, _short)
     if stopped:
         drawn = [c for c in drawn if id(c) in answers]
     accepted = [c for c in drawn if c.execute and answers[id(c)][0]]
