@@ -146,7 +146,8 @@ def test_plot_needs_matplotlib_says_so(monkeypatch, capsys, tmp_path):
 
 
 def test_commit_is_recorded(monkeypatch):
-    assert source_commit() != "" and not source_commit().startswith("unknown") or COMMIT_ENV in source_commit()
+    commit = source_commit()
+    assert commit and (not commit.startswith("unknown") or COMMIT_ENV in commit)
     monkeypatch.setenv(COMMIT_ENV, "abc123")
     assert run_info()["commit"] == "abc123"
 

@@ -131,8 +131,9 @@ def measure(
                              smq.allocate_outputs(shape, case.config, device)) for _ in range(nsets)]
                 try:
                     us, reason = _time_plugin(record, case, sets, timer)
-                except Exception as exc:  # noqa: BLE001
-                    status, reason = "error", f"{type(exc).__name__}: {exc}"
+                except Exception as exc:  # noqa: BLE001 - e.g. a plugin that cannot be captured in a CUDA graph
+                    first = (str(exc).strip().splitlines() or [""])[0]
+                    status, reason = "error", f"{type(exc).__name__}: {first[:200]}"
             frac = floor_us / us if us else None
             results.append(Measurement(case.label, record.name, record.priority, status, us, frac, reason))
             if progress is not None:
