@@ -228,6 +228,9 @@ def main() -> int:
         "device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
         "torch": torch.__version__, "rows_P": ROWS, "top_k": TOP_K,
     }
+    from sglang_moe_plugins.bench.provenance import run_info
+
+    report["run"] = run_info()  # commit (or $SGLANG_MOE_PLUGINS_COMMIT), device, driver, versions
     import triton
 
     report["triton"] = triton.__version__

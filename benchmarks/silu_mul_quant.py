@@ -193,47 +193,7 @@ def _needed_host_specs(cases: list[Case]) -> tuple[list, list]:
 
 
 # ------------------------------------------------------------------------------ measurements
-def copy_bandwidth() -> float:
-    from triton.testing import do_bench
-
-    x = torch.empty(2**30, dtype=torch.uint8, device="cuda")
-    y = torch.empty_like(x)
-    ms = do_bench(lambda: y.copy_(x), warmup=50, rep=300, return_mode="median")
-    del x, y
-    torch.cuda.empty_cache()
-    return 2 * 2**30 / (ms * 1e-3)
-
-
-def graph_time_us(calls: list[Callable[[], None]], min_calls: int = 24, target_ms: float = 40.0) -> float:
-    """Median per-call time (us) over CUDA-graph replays of ``calls`` run back to back."""
-    for fn in calls:
-        fn()
-    torch.cuda.synchronize()
-    reps = max(1, math.ceil(min_calls / len(calls)))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            for fn in calls:
-                fn()
-    n_calls = reps * len(calls)
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    one = max(start.elapsed_time(end), 1e-3)
-    n = int(min(200, max(5, target_ms / one)))
-    times = []
-    for _ in range(n):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    del graph
-    return statistics.median(times) * 1e3 / n_calls
+from sglang_moe_plugins.bench.timing import copy_bandwidth, graph_time_us  # noqa: E402  (shared with `bench`)
 
 
 def eager_time_us(fn: Callable[[], None], n: int = 5) -> float:
@@ -294,11 +254,7 @@ def rel_error(ref_deq: torch.Tensor, deq: torch.Tensor) -> float:
     return float((deq - ref_deq).norm() / ref_deq.norm().clamp_min(1e-30))
 
 
-def random_gateup(E: int, N: int, D: int, gen: torch.Generator, spread: int = 6) -> torch.Tensor:
-    """bf16 values spanning many binades: N(0,1) times 2**U[-spread, spread]."""
-    x = torch.randn(E, N, 2 * D, device="cuda", generator=gen)
-    x *= torch.exp2(torch.randint(-spread, spread + 1, (E, N, 2 * D), device="cuda", generator=gen).float())
-    return x.to(torch.bfloat16)
+from sglang_moe_plugins.bench.timing import random_gateup  # noqa: E402
 
 
 # ---------------------------------------------------------------------------- the kernels
@@ -896,7 +852,9 @@ def main() -> None:
         host_us = None
     summary = summarize(results)
     stamp = f"{date}_{props.name.replace(' ', '-')}"
-    payload = {"device": device, "date": date, "torch": torch.__version__, "triton": triton.__version__,
+    from sglang_moe_plugins.bench.provenance import run_info
+
+    payload = {"device": device, "date": date, "torch": torch.__version__, "triton": triton.__version__, "run": run_info(),
                "copy_TBps": bw / 1e12, "l2_MiB": l2 >> 20, "host_kernels": None if host is None else host.source,
                "triton_eager_host_us": host_us, "summary": summary, "results": results, "sweep": sweep}
     (out / f"silu_mul_quant_{stamp}.json").write_text(json.dumps(payload, indent=1, default=str))

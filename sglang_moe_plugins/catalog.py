@@ -12,7 +12,17 @@ from .errors import InvalidArgumentError
 from .hardware import Platform
 from .ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantShape
 
-__all__ = ["ModelSpec", "load_catalog", "get_model", "SiluMulQuantCase", "silu_mul_quant_cases", "DEFAULT_ROWS"]
+__all__ = [
+    "ModelSpec",
+    "load_catalog",
+    "get_model",
+    "SiluMulQuantCase",
+    "silu_mul_quant_cases",
+    "MegaMoECase",
+    "mega_moe_cases",
+    "platform_uses_ue8m0",
+    "DEFAULT_ROWS",
+]
 
 #: Padded rows per expert (N) of a decode-size and a prefill-size call.
 DEFAULT_ROWS = (128, 1024)
@@ -103,6 +113,8 @@ def silu_mul_quant_cases(
     layout = "ue8m0_packed" if ue8m0 else ("row_major" if limit is not None else "column_major")
     cases = []
     for n in rows:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InvalidArgumentError("catalog", "rows", n, "ints >= 1 (padded rows per expert)")
         label = f"{model.short_name} EP{ep} TP{tp} N={n}" + (f" limit={limit:g}" if limit is not None else "")
         cases.append(
             SiluMulQuantCase(
@@ -111,4 +123,58 @@ def silu_mul_quant_cases(
                 SiluMulQuantConfig(platform=platform, swiglu_limit=limit, scale_layout=layout),
             )
         )
+    return cases
+
+
+def platform_uses_ue8m0(platform: Platform) -> bool:
+    """Whether SGLang's DeepGEMM path uses UE8M0 scales there: on sm100 (Blackwell) it always does."""
+    return platform.is_cuda and platform.capability is not None and platform.capability[0] == 10
+
+
+@dataclass(frozen=True)
+class MegaMoECase:
+    """One MegaMoE call a model makes at a parallel setting, or (``shape is None``) why there is none."""
+
+    label: str
+    shape: object | None
+    config: object | None
+    note: str = ""
+
+
+#: The variants SGLang 0.5.23 builds per platform (``mega_moe.py``): on sm100 the FP4 expert weights with
+#: FP8 activations (W4A8, the default) or MXFP4 activations (W4A4, ``--enable-w4a4-mxfp4-megamoe``);
+#: on sm90 ``mega_moe_sm90.py`` with FP8 block-128 weights.
+_MEGA_VARIANTS = {
+    10: (("W4A8", "fp8xfp4", "fp4_e2m1_ue8m0_g32"), ("W4A4", "mxf4xmxf4", "fp4_e2m1_ue8m0_g32")),
+    9: (("FP8", "sm90_fp8", "fp8_e4m3_block128"),),
+}
+
+
+def mega_moe_cases(model: ModelSpec, *, ep: int = 1, platform: Platform = Platform.cuda(10, 0)) -> list[MegaMoECase]:
+    """The ``run_mega_routed_experts`` calls of ``model`` at EP ``ep`` on ``platform`` (SGLang launched with
+    ``--moe-a2a-backend megamoe``), built with the op's public types. The only place that builds them (the
+    CLI's ``explain`` and ``bench`` call this)."""
+    from .ops import mega_moe
+
+    if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1 or model.experts % ep:
+        raise InvalidArgumentError("catalog", "ep", ep, f"a divisor of {model.short_name}'s {model.experts} experts")
+    head = f"{model.short_name} EP{ep} mega_moe"
+    if model.gpt_oss_activation:
+        return [MegaMoECase(head, None, None, "gpt-oss activation: SGLang's MegaMoE path does not serve it")]
+    major = platform.capability[0] if platform.is_cuda and platform.capability else None
+    variants = _MEGA_VARIANTS.get(major) if major is not None else None
+    if not variants:
+        return [MegaMoECase(head, None, None, f"SGLang runs MegaMoE on sm90 and sm100 only, not on {platform}")]
+    shape = mega_moe.MegaMoEShape(num_experts=model.experts, hidden=model.hidden, intermediate=model.inter,
+                                  top_k=model.topk, ep_size=ep)
+    extra = {}
+    if "deep_gemm" in getattr(mega_moe.MegaMoEConfig, "__dataclass_fields__", {}):
+        from .deep_gemm_api import detect_deep_gemm_api
+
+        extra["deep_gemm"] = detect_deep_gemm_api()  # the sgl-deep-gemm installed here
+    cases = []
+    for label, variant, weights in variants:
+        config = mega_moe.MegaMoEConfig(platform=platform, variant=variant, weight_format=weights,
+                                        activation_clamp=model.swiglu_limit, **extra)
+        cases.append(MegaMoECase(f"{head} {label}", shape, config))
     return cases

@@ -1,9 +1,11 @@
-"""The ``sglang-moe-plugins`` command: ``list``, ``explain``, ``doctor``, ``check``. ``--json`` for machines."""
+"""The ``sglang-moe-plugins`` command: ``list``, ``explain``, ``doctor``, ``check``, ``bench``. ``--json`` for machines.
+
+A bad argument is one line naming it and what is allowed (a JSON ``{"error": ...}`` under ``--json``), exit 2.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform as _py_platform
 import sys
@@ -12,35 +14,14 @@ from typing import Any, Sequence
 
 from . import api
 from ._version import CONTRACT_VERSION, __version__
-from .catalog import DEFAULT_ROWS, get_model, load_catalog, silu_mul_quant_cases
+from ._cli_explain import add_explain_parser, forced_here_warnings
+from ._cli_util import Parser, UsageError, emit, fail, set_argv, table
+from .bench.cli import add_bench_parser
 from .errors import ConfigError, MoEPluginsError
-from .hardware import Platform, local_platform
+from .hardware import local_platform
 from .testing.cli_check import add_check_parser
 
 __all__ = ["main", "build_parser"]
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(cells[0]), line(["-" * w for w in widths])] + [line(r) for r in cells[1:]])
-
-
-def _parse_platform(text: str | None) -> Platform:
-    if text is None or text == "local":
-        return local_platform()
-    text = text.lower().strip()
-    if text == "cpu":
-        return Platform.cpu()
-    if text.startswith("sm") and text[2:].isdigit() and len(text) >= 4:
-        number = int(text[2:])
-        return Platform.cuda(number // 10, number % 10)
-    raise argparse.ArgumentTypeError(f"--platform {text!r}: use cpu, local, or smNN (e.g. sm90, sm100)")
-
-
-def _emit(args: argparse.Namespace, payload: Any, text: str) -> None:
-    print(json.dumps(payload, indent=2, default=str) if args.json else text)
 
 
 # -- list ----------------------------------------------------------------------------------------
@@ -56,82 +37,26 @@ def cmd_list(args: argparse.Namespace) -> int:
         else:
             avail_text = "yes" if avail is None or avail else f"no: {avail.reason}"
         state = record.status
+        forced = registry.config.force.get(record.op) == record.name
+        if forced:
+            state += " [force]"
         rows.append((record.name, record.op, record.priority, state, avail_text, record.distribution or "-"))
         payload.append({
             "name": record.name, "op": record.op, "priority": record.priority,
-            "default_priority": record.default_priority, "enabled": record.enabled, "status": record.status,
+            "default_priority": record.default_priority, "enabled": record.enabled, "status": record.status, "forced": forced,
             "available_here": avail_text, "distribution": record.distribution, "entry_point": record.entry_point,
             "options": dict(record.options), "description": record.description,
         })
-    text = f"plugins (platform here: {here}):\n" + _table(("name", "op", "priority", "state", "available here", "distribution"), rows)
+    text = f"plugins (platform here: {here}):\n" + table(("name", "op", "priority", "state", "available here", "distribution"), rows)
+    warnings = forced_here_warnings(registry)
+    if warnings:
+        text += "\n\nWARNING:\n" + "\n".join(f"  - {w}" for w in warnings)
     if registry.problems:
         text += "\n\nskipped entry points:\n" + "\n".join(f"  - {p.describe()}" for p in registry.problems)
     if registry.config.notes:
         text += "\n\nconfiguration notes:\n" + "\n".join(f"  - {n}" for n in registry.config.notes)
-    _emit(args, {"platform": str(here), "plugins": payload, "problems": [p.__dict__ for p in registry.problems],
-                 "config_notes": list(registry.config.notes)}, text)
-    return 0
-
-
-# -- explain -------------------------------------------------------------------------------------
-def _explain_cases(args: argparse.Namespace) -> list[tuple[str, str, Any, Any]]:
-    platform = _parse_platform(args.platform)
-    rows = tuple(int(r) for r in args.rows.split(",")) if args.rows else DEFAULT_ROWS
-    if args.model:
-        models = load_catalog() if args.model == "all" else (get_model(args.model),)
-    else:
-        missing = [f"--{n}" for n in ("experts", "hidden", "topk") if getattr(args, n) is None]
-        if missing:
-            raise SystemExit(f"explain: give --model NAME (or 'all') or all of --experts/--hidden/--topk; missing {', '.join(missing)}")
-        from .catalog import ModelSpec
-
-        act = f"swiglu_limit={args.limit}" if args.limit is not None else "silu"
-        models = (ModelSpec("custom/custom", 0, args.hidden, args.experts, args.topk, 0, act, "", "given"),)
-    cases: list[tuple[str, str, Any, Any]] = []
-    for model in models:
-        if model.gpt_oss_activation:
-            cases.append((model.short_name, "silu_mul_quant", None, "gpt-oss activation (gemm1_alpha): handed to SGLang's own Triton path, not modelled"))
-            continue
-        for ep in args.ep:
-            if model.experts % ep:
-                continue
-            limit = "model" if args.limit is None or args.model else args.limit
-            for case in silu_mul_quant_cases(model, ep=ep, tp=args.tp, rows=rows, platform=platform, ue8m0=args.ue8m0,
-                                             group_size=args.group_size, swiglu_limit=limit):
-                cases.append((case.label, "silu_mul_quant", case.shape, case.config))
-            cases.extend(_mega_cases(model, ep, platform))
-    return cases
-
-
-def _mega_cases(model: Any, ep: int, platform: Platform) -> list[tuple[str, str, Any, Any]]:
-    try:
-        from .ops import mega_moe
-    except ImportError:
-        return []
-    builder = getattr(mega_moe, "cases_for_model", None)
-    if builder is None:
-        return []
-    return [(label, "mega_moe", shape, config) for label, shape, config in builder(model, ep=ep, platform=platform)]
-
-
-def cmd_explain(args: argparse.Namespace) -> int:
-    selector = api.get_selector()
-    blocks, payload = [], []
-    for label, op, shape, config in _explain_cases(args):
-        if shape is None:
-            blocks.append(f"{label}: {config}")
-            payload.append({"call": label, "op": op, "chosen": None, "note": config})
-            continue
-        selection = selector.explain(op, shape, config)
-        chosen = selection.chosen.name if selection.chosen else None
-        rows = [(c.name, c.priority, c.verdict, c.reason) for c in selection.candidates]
-        blocks.append(f"{label}: {op} {selection.key_description()}\n  -> {chosen or 'NO PLUGIN (SGLang original would run)'}\n"
-                      + "\n".join("  " + line for line in _table(("plugin", "priority", "verdict", "reason"), rows).splitlines()))
-        payload.append({"call": label, "op": op, "shape": shape.__dict__, "config": {k: str(v) for k, v in config.__dict__.items()},
-                        "chosen": chosen, "candidates": [c.__dict__ for c in selection.candidates]})
-    if not payload:
-        raise SystemExit("explain: no call matches (is --ep a divisor of the model's expert count?)")
-    _emit(args, payload, "\n\n".join(blocks))
+    emit(args, {"platform": str(here), "plugins": payload, "problems": [p.__dict__ for p in registry.problems],
+                 "config_notes": list(registry.config.notes), "force": dict(registry.config.force), "warnings": warnings}, text)
     return 0
 
 
@@ -212,17 +137,23 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         "platform": str(local_platform()),
     }
     problems: list[str] = []
+    config_failed = False
     try:
         registry = api.get_registry()
     except ConfigError as exc:
         problems.append(f"configuration error: {exc}")
         registry = None
+        config_failed = True
     except MoEPluginsError as exc:  # strict = true and a plugin could not be registered
         problems.append(f"plugin registry error: {exc}")
         registry = None
+        config_failed = True
     if registry is not None:
-        report["config"] = {"file": registry.config.source, "strict": registry.config.strict, "notes": list(registry.config.notes)}
-        report["plugins"] = {r.name: r.status for r in registry.records()}
+        report["config"] = {"file": registry.config.source, "strict": registry.config.strict, "notes": list(registry.config.notes),
+                            "force": dict(registry.config.force)}
+        forced = {name for name in registry.config.force.values()}
+        report["plugins"] = {r.name: r.status + (" [force]" if r.name in forced else "") for r in registry.records()}
+        problems += forced_here_warnings(registry)
         problems += [p.describe() for p in registry.problems]
         if not args.no_self_check:
             report["self check"], found = _self_check(registry)
@@ -264,49 +195,52 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         lines += [f"  {h['state']}: {h['target']} (op {h['op']}): {h['reason']}" for h in hooks]
     lines.append("problems:" if problems else "problems: none")
     lines += [f"  - {p}" for p in problems]
-    _emit(args, report, "\n".join(lines))
+    emit(args, report, "\n".join(lines))
+    if config_failed:
+        # The configuration (or, under strict, the registry) cannot be loaded: the package is off, or under
+        # strict every hooked call raises. A script checking the install must notice without a flag.
+        return 1
     return 1 if problems and args.strict_exit else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sglang-moe-plugins", description="Inspect and debug MoE kernel plugin selection.")
+    parser = Parser(prog="sglang-moe-plugins", description="Inspect, debug and measure MoE kernel plugin selection.")
     sub = parser.add_subparsers(dest="command", required=True)
     p_list = sub.add_parser("list", help="every plugin: op, priority, state, availability, distribution")
     p_list.add_argument("--json", action="store_true")
     p_list.set_defaults(func=cmd_list)
-    p_exp = sub.add_parser("explain", help="which plugin runs each MoE call of a model, and why the others do not")
-    p_exp.add_argument("--model", help="a model of the embedded catalog (id or short name), or 'all'")
-    p_exp.add_argument("--experts", type=int, help="routed experts (without --model)")
-    p_exp.add_argument("--hidden", type=int, help="per-expert intermediate size (without --model)")
-    p_exp.add_argument("--topk", type=int, help="experts per token (without --model)")
-    p_exp.add_argument("--limit", type=float, help="swiglu_limit (without --model; default none)")
-    p_exp.add_argument("--ep", type=int, nargs="+", default=[1], help="expert-parallel size(s) (default 1)")
-    p_exp.add_argument("--tp", type=int, default=1, help="MoE tensor-parallel size (default 1)")
-    p_exp.add_argument("--rows", help=f"padded rows per expert N, comma separated (default {','.join(map(str, DEFAULT_ROWS))})")
-    p_exp.add_argument("--group-size", type=int, default=128)
-    p_exp.add_argument("--ue8m0", action="store_true", help="UE8M0 packed scales (DeepGEMM's UE8M0 mode, e.g. on sm100)")
-    p_exp.add_argument("--platform", default="sm90", help="cpu, local, or smNN (default sm90)")
-    p_exp.add_argument("--json", action="store_true")
-    p_exp.set_defaults(func=cmd_explain)
-    p_doc = sub.add_parser("doctor", help="host versions, configuration, hooks applied or not and why")
+    add_explain_parser(sub)
+    p_doc = sub.add_parser(
+        "doctor", help="host versions, configuration, hooks applied or not and why",
+        description="Exit status: 1 when the configuration cannot be loaded, or under strict the plugin registry cannot be "
+                    "built (the package would be off, or every hooked call would raise); otherwise 0, also when other "
+                    "problems are listed, unless --strict-exit is given.")
     p_doc.add_argument("--json", action="store_true")
     p_doc.add_argument("--no-hooks", action="store_true", help="skip importing SGLang to check the hook targets (fast)")
-    p_doc.add_argument("--strict-exit", action="store_true", help="exit 1 when a problem is found")
+    p_doc.add_argument("--strict-exit", action="store_true", help="exit 1 when any problem is found (a configuration or strict registry error always exits 1)")
     p_doc.add_argument("--no-self-check", action="store_true",
                        help="skip running each available silu_mul_quant plugin once on a small probe call")
     p_doc.set_defaults(func=cmd_doctor)
     add_check_parser(sub)
+    add_bench_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    set_argv(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    prog = f"sglang-moe-plugins {args.command}"
+    as_json = bool(getattr(args, "json", False))
     try:
         return int(args.func(args) or 0)
+    except UsageError as exc:
+        fail(prog, str(exc), as_json)
     except MoEPluginsError as exc:
-        print(f"sglang-moe-plugins {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        fail(prog, str(exc), as_json, kind=type(exc).__name__)
+    finally:
+        set_argv(None)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -378,3 +378,121 @@ def test_pytest_plugin_is_opt_in_and_runs_the_suite(tmp_path):
     assert code == 1
     assert opted.reports[f"::moe-plugin-conformance[{target}]"] == "failed"
     assert sum(outcome == "passed" for outcome in opted.reports.values()) == 3
+
+
+# -- supports() cost: the slowest call, a per-call limit (fails fast), progress; tensor reads ---------
+
+
+class _SleepySupports(ReferencePlugin):
+    """supports() takes half a second on every call (a costly search over real model shapes)."""
+
+    name = "sleepy_supports"
+    priority = 1
+
+    def supports(self, shape, config):
+        import time
+
+        time.sleep(0.5)
+        return super().supports(shape, config)
+
+
+def test_a_costly_supports_fails_fast_on_the_slowest_call():
+    import time
+
+    progress = []
+    started = time.perf_counter()
+    report = run_conformance(_SleepySupports(), SuiteOptions(seed=0), progress=lambda d, t, label: progress.append(label))
+    elapsed = time.perf_counter() - started
+    # The first call is exempt (one-time imports); the second is over the 50 ms limit: stop there, not
+    # after 3 calls on each of the ~375 catalog, edge and random cases (more than 9 minutes).
+    assert elapsed < 30, elapsed
+    cheap = report.check("supports_cheap")
+    assert cheap.status == FAILED, report.summary()
+    assert "over the 50 ms per-call limit" in cheap.first_failure.error
+    assert "remaining case(s) not asked" in cheap.first_failure.error
+    assert len(report.cases) == 1 and report.status == FAILED
+    assert progress and progress[0].startswith("supports() ")
+
+
+def test_the_per_call_limit_is_an_option_and_the_slowest_call_is_reported():
+    report = run_conformance(ReferencePlugin(), SuiteOptions(**SMALL, supports_limit_us=1e9))
+    note = report.check("supports_cheap").note
+    assert report.check("supports_cheap").status == PASSED and "slowest" in note and "per call" in note
+    with pytest.raises(Exception, match="invalid argument supports_limit_us=0"):
+        SuiteOptions(supports_limit_us=0)
+
+
+_HELD = torch.tensor([4.0])
+
+
+class _ReadsATensor(ReferencePlugin):
+    """supports() decides from a tensor it holds (.item()): a host sync, possibly different per rank."""
+
+    name = "reads_a_tensor"
+    priority = 1
+
+    def supports(self, shape, config):
+        if _HELD.item() < 0:
+            return Support.no("never")
+        return super().supports(shape, config)
+
+
+class _TruthOfATensor(ReferencePlugin):
+    name = "truth_of_a_tensor"
+    priority = 1
+
+    def supports(self, shape, config):
+        if not bool(_HELD > 0):
+            return Support.no("never")
+        return super().supports(shape, config)
+
+
+@pytest.mark.parametrize("plugin, read", [(_ReadsATensor, ".item()"), (_TruthOfATensor, "bool(tensor)")])
+def test_supports_that_reads_a_tensor_is_caught(plugin, read):
+    report = run_conformance(plugin(), SuiteOptions(seed=0, catalog=False, random_cases=2))
+    check = report.check("supports_no_sync")
+    assert check.status == FAILED and report.status == FAILED
+    assert f"supports() read tensor values ({read})" in check.first_failure.error
+    clean = run_conformance(ReferencePlugin(), SuiteOptions(seed=0, catalog=False, random_cases=2))
+    assert clean.check("supports_no_sync").status == PASSED
+
+
+def test_unknown_suite_options_name_the_valid_fields():
+    from sglang_moe_plugins import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match=r"invalid argument random_case=3; allowed: a SuiteOptions field: seed, random_cases, "):
+        run_conformance(ReferencePlugin(), random_case=3)
+
+
+def test_pytest_marker_with_a_wrong_keyword_names_the_fields(tmp_path):
+    test_file = tmp_path / "test_wrong.py"
+    test_file.write_text(
+        "import pytest\n"
+        "@pytest.mark.moe_plugin('reference', random_case=1)\n"
+        "def test_marker(moe_plugin_report):\n    pass\n"
+    )
+    result = _pytest_subprocess(tmp_path, str(test_file))
+    assert result.returncode == 1
+    assert "moe_plugin options: unknown keyword(s) 'random_case'; valid (SuiteOptions fields): seed, random_cases" in result.stdout
+    assert "TypeError" not in result.stdout
+
+
+def test_pytest_moe_plugin_counts_its_item_as_collected(tmp_path):
+    (tmp_path / "conftest.py").write_text("")
+    result = _pytest_subprocess(tmp_path, "--moe-plugin", f"{BROKEN}:WrongScaleLayoutPlugin", "--moe-plugin-seed", "0",
+                                "--moe-plugin-cases", "0", str(tmp_path))
+    assert "collected 0 items" not in result.stdout
+    assert "collected 1 item" in result.stdout, result.stdout
+    assert result.returncode == 1
+
+
+def _pytest_subprocess(tmp_path, *args):
+    import subprocess
+
+    import sglang_moe_plugins
+
+    root = os.path.dirname(os.path.dirname(sglang_moe_plugins.__file__))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), *args],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)

@@ -37,6 +37,8 @@ class _Progress:
 
     def __call__(self, done: int, total: int, label: str) -> None:
         total = max(total, 1)
+        if done == 0:
+            self.last_decile = -1  # a new phase (supports() questions, then runs)
         filled = self.width * done // total
         bar = "#" * filled + "." * (self.width - filled)
         elapsed = time.perf_counter() - self.started
@@ -77,6 +79,9 @@ def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="restrict the catalog to this model (repeatable; default every model)")
     parser.add_argument("--no-catalog", action="store_true", help="skip the catalog cases")
     parser.add_argument("--supports-budget-us", type=float, default=1000.0, help="supports() median budget per call (default 1000)")
+    parser.add_argument("--supports-limit-ms", type=float, default=50.0,
+                        help="no single supports() call may take longer (default 50 ms; the first call is exempt); "
+                             "a slower one fails at once and the remaining cases are not asked")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("--verbose", "-v", action="store_true", help="list every case that ran or failed")
@@ -99,7 +104,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .report import FAILED, PASSED
     from .suite import SuiteOptions, run_conformance
 
-    overrides: dict[str, Any] = {"device": args.device, "supports_budget_us": args.supports_budget_us}
+    overrides: dict[str, Any] = {"device": args.device, "supports_budget_us": args.supports_budget_us,
+                                 "supports_limit_us": args.supports_limit_ms * 1e3}
     if args.seed is not None:
         overrides["seed"] = args.seed
     if args.cases is not None:

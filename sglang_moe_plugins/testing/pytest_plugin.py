@@ -6,8 +6,10 @@ Installed with sglang-moe-plugins, it does nothing unless asked:
   adds one test item per target, ``moe-plugin-conformance[NAME]``, that fails with the report's
   summary. ``--moe-plugin-seed``, ``--moe-plugin-cases`` and ``--moe-plugin-device`` tune it.
 - ``@pytest.mark.moe_plugin("NAME", seed=0, random_cases=8, ...)`` on a test that takes the
-  ``moe_plugin_report`` fixture runs the suite (keyword arguments are ``SuiteOptions`` fields) and
-  hands the test the :class:`~sglang_moe_plugins.testing.ConformanceReport`.
+  ``moe_plugin_report`` fixture runs the suite and hands the test the
+  :class:`~sglang_moe_plugins.testing.ConformanceReport`. Keyword arguments are ``SuiteOptions`` fields:
+  seed, random_cases, catalog, models, eps, rows, edge_cases, device, max_elements, supports_budget_us,
+  supports_limit_us, max_catalog_runs; another name fails the test naming the valid ones.
 - The ``moe_conformance`` fixture is a function ``(target, **options) -> ConformanceReport``.
 
 Reports are cached per (target, options) for the session. Loading the plugin imports the
@@ -41,7 +43,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{_MARKER}(target, **options): run the sglang-moe-plugins conformance suite on target; the test gets the "
-        "report from the moe_plugin_report fixture (options are SuiteOptions fields, e.g. seed=0, random_cases=8)",
+        "report from the moe_plugin_report fixture (options are SuiteOptions fields: seed, random_cases, catalog, models, eps, "
+        "rows, edge_cases, device, max_elements, supports_budget_us, supports_limit_us, max_catalog_runs)",
     )
 
 
@@ -65,7 +68,15 @@ def _freeze(value: Any) -> Any:
 
 
 def _run(target: Any, options: dict[str, Any]) -> Any:
-    from .suite import run_conformance
+    import dataclasses
+
+    from .suite import SuiteOptions, run_conformance
+
+    valid = [f.name for f in dataclasses.fields(SuiteOptions)]
+    unknown = [k for k in options if k not in valid]
+    if unknown:
+        pytest.fail(f"moe_plugin options: unknown keyword(s) {', '.join(map(repr, unknown))}; valid (SuiteOptions fields): "
+                    f"{', '.join(valid)}", pytrace=False)
 
     key = (_freeze(target) if isinstance(target, str) else id(target), _freeze(options))
     if key not in _CACHE:
@@ -106,8 +117,13 @@ class ConformanceItem(pytest.Item):
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    for target in config.getoption("--moe-plugin"):
-        items.append(ConformanceItem.from_parent(session, name=f"moe-plugin-conformance[{target}]", target=target))
+    added = [ConformanceItem.from_parent(session, name=f"moe-plugin-conformance[{target}]", target=target)
+             for target in config.getoption("--moe-plugin")]
+    if added:
+        items.extend(added)
+        # Report them as collected, so that pytest's "collected N items" line counts them.
+        report = pytest.CollectReport(session.nodeid or "moe-plugin-conformance", "passed", None, list(added))
+        config.hook.pytest_collectreport(report=report)
 
 
 @pytest.fixture

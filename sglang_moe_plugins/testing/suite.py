@@ -26,6 +26,7 @@ from ..ops import OPS
 from ..registry import validate_plugin
 from .adapters import FULL, NONE, OpConformance, SuiteCase, conformance_for
 from .loading import LoadedPlugin, load_plugin
+from .supports_cost import ask, ask_all
 from .report import CHECKS, FAILED, PASSED, SKIPPED, CaseFailure, CaseResult, CheckResult, ConformanceReport
 
 __all__ = ["SuiteOptions", "run_conformance", "ProgressCallback", "DEFAULT_CPU_MAX_ELEMENTS", "DEFAULT_CUDA_MAX_ELEMENTS", "DEFAULT_CPU_CATALOG_RUNS"]
@@ -67,6 +68,10 @@ class SuiteOptions:
     max_elements: int | None = None
     #: supports() must take less than this per call (median), in microseconds.
     supports_budget_us: float = 1000.0
+    #: No single supports() call may take longer than this (microseconds; the first call of the run, which
+    #: may pay one-time imports, is exempt). A slower call fails ``supports_cheap`` at once and the
+    #: remaining cases are not asked, so a costly supports() fails fast.
+    supports_limit_us: float = 50_000.0
     #: Run at most this many of the accepted catalog cases, spread over the models (the others are
     #: supports()-checked only). None: 24 on CPU (or the op adapter's ``max_cpu_catalog_runs``), all on
     #: CUDA. Edge and random cases always run.
@@ -93,8 +98,10 @@ class SuiteOptions:
             value = getattr(self, field)
             if value is not None and not (positive_int(value) or (field == "max_catalog_runs" and value == 0)):
                 raise bad(field, "None or a positive int")
-        if isinstance(self.supports_budget_us, bool) or not isinstance(self.supports_budget_us, (int, float)) or self.supports_budget_us <= 0:
-            raise bad("supports_budget_us", "a number > 0")
+        for field in ("supports_budget_us", "supports_limit_us"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise bad(field, "a number > 0")
         if not isinstance(self.device, str):
             raise bad("device", '"auto", "cpu", "cuda" or "cuda:N"')
 
@@ -175,24 +182,32 @@ class _Checks:
         return tuple(out)
 
 
-def _ask(plugin: Any, shape: Any, config: Any) -> tuple[Any, float]:
-    start = time.perf_counter()
-    answer = plugin.supports(shape, config)
-    return answer, (time.perf_counter() - start) * 1e6
-
-
-def _check_supports(plugin: Any, case: SuiteCase, checks: _Checks, timings: list[float]) -> tuple[bool | None, str, list[CaseFailure]]:
-    """Ask supports() three times (twice as drawn, once on copies); returns (supported, reason, failures)."""
+def _check_supports(
+    plugin: Any, case: SuiteCase, checks: _Checks, timings: list[float], limit_us: float = float("inf")
+) -> tuple[bool | None, str, list[CaseFailure]]:
+    """Ask supports() three times (twice as drawn, once on copies) under a watch for tensor reads;
+    returns (supported, reason, failures). Stops early after a call over ``limit_us``."""
     failures: list[CaseFailure] = []
     answers = []
+    reads: list[str] = []
     for shape, config in ((case.shape, case.config), (case.shape, case.config), (_copy(case.shape), _copy(case.config))):
         try:
-            answer, micros = _ask(plugin, shape, config)
+            answer, micros, read = ask(plugin, shape, config)
         except Exception as exc:  # noqa: BLE001 - the finding
             failures.append(checks.fail("supports_answer", case, f"supports() raised {_error_text(exc)}; it must return Support.no(reason)"))
             return None, f"supports() raised {type(exc).__name__}: {exc}", failures
         timings.append(micros)
         answers.append(answer)
+        reads += read
+        if micros > limit_us and len(timings) > 1:
+            break  # over the per-call limit: the caller stops asking
+    if reads:
+        failures.append(checks.fail("supports_no_sync", case, f"supports() read tensor values ({', '.join(dict.fromkeys(reads))}): "
+                                    "a host sync, and an answer that may differ between ranks; decide from the shape and config only"))
+    else:
+        checks.ok("supports_no_sync")
+    if len(answers) < 3:
+        return None, "not decided: supports() went over the per-call time limit", failures
     first = answers[0]
     reason = getattr(first, "reason", None)
     if not isinstance(first, Support) and not isinstance(reason, str):
@@ -301,6 +316,10 @@ def run_conformance(
     :class:`~sglang_moe_plugins.testing.PluginLoadError` when ``target`` cannot be loaded.
     """
     started = time.perf_counter()
+    valid = [f.name for f in dataclasses.fields(SuiteOptions)]
+    for key in overrides:
+        if key not in valid:
+            raise InvalidArgumentError("conformance suite", key, overrides[key], f"a SuiteOptions field: {', '.join(valid)}")
     options = dataclasses.replace(options or SuiteOptions(), **overrides)
     if options.seed is None:
         options = dataclasses.replace(options, seed=random.SystemRandom().randrange(1 << 31))
@@ -356,8 +375,10 @@ def run_conformance(
     drawn = list(adapter.cases(options, platform, seed))
     timings: list[float] = []
     answers: dict[int, tuple[bool | None, str, list[CaseFailure]]] = {}
-    for case in drawn:
-        answers[id(case)] = _check_supports(plugin, case, checks, timings)
+    stopped = ask_all(drawn, answers, lambda case, limit: _check_supports(plugin, case, checks, timings, limit), timings,
+                      options.supports_limit_us, options.supports_budget_us, progress, _short)
+    if stopped:
+        drawn = [c for c in drawn if id(c) in answers]
     accepted = [c for c in drawn if c.execute and answers[id(c)][0]]
     catalog_limit = options.resolved_max_catalog_runs(platform)
     adapter_cpu_limit = getattr(adapter, "max_cpu_catalog_runs", None)
@@ -397,11 +418,15 @@ def run_conformance(
     if timings:
         median = statistics.median(timings)
         budget = options.supports_budget_us
-        if median > budget:
+        if stopped:
+            checks.fail("supports_cheap", None, stopped)
+        elif median > budget:
             checks.fail("supports_cheap", None, f"supports() took {median:.0f} us per call (median of {len(timings)}), over the {budget:.0f} us budget")
         else:
             checks.ok("supports_cheap")
-        checks.notes["supports_cheap"] = f"median {median:.1f} us, max {max(timings):.1f} us (budget {budget:.0f} us)"
+        slowest = max(timings[1:]) if len(timings) > 1 else timings[0]
+        checks.notes["supports_cheap"] = (f"median {median:.1f} us, slowest {slowest:.1f} us after the first call ({timings[0]:.1f} us); "
+                                          f"budget {budget:.0f} us median, {options.supports_limit_us:.0f} us per call")
     if adapter.coverage != FULL:
         for key in ("run_no_crash", "output_layout", "inputs_unchanged", "rows_written", "numerics"):
             checks.notes[key] = "not exercised: " + adapter.note

@@ -1,0 +1,179 @@
+"""``sglang-moe-plugins explain``: which plugin runs each MoE call of a model (both ops), and why not the others."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from . import api
+from ._cli_util import UsageError, emit, parse_platform, platform_arg, positive_int, rows_arg, table
+from .catalog import DEFAULT_ROWS, ModelSpec, get_model, load_catalog, mega_moe_cases, platform_uses_ue8m0, silu_mul_quant_cases
+from .hardware import Platform, local_platform
+from .ops.silu_mul_quant import GROUP_SIZES
+
+__all__ = ["add_explain_parser", "cmd_explain", "resolve_platform", "forced_here_warnings", "explain_calls"]
+
+OPS = ("silu_mul_quant", "mega_moe")
+
+
+def resolve_platform(text: str) -> tuple[Platform, str]:
+    """The platform and a sentence saying where it came from (``local`` says what this machine is)."""
+    platform = parse_platform(text)
+    if text != "local":
+        return platform, f"{platform} (--platform {text})"
+    if platform.is_cuda:
+        return platform, f"{platform} (this machine)"
+    return platform, f"{platform} (this machine has no CUDA device, so cpu is assumed: pass --platform sm90 or sm100 to explain a GPU server)"
+
+
+def forced_here_warnings(registry: Any) -> list[str]:
+    """A line for every ``[force]``d plugin that is not available on this machine."""
+    here, out = local_platform(), []
+    for op, name in sorted(registry.config.force.items()):
+        if name not in registry:
+            continue
+        plugin = registry.get(name).plugin
+        try:
+            avail = plugin.available(here) if hasattr(plugin, "available") else None
+        except Exception as exc:  # noqa: BLE001 - report, do not die
+            out.append(f"force.{op} = {name!r}: available() raised {type(exc).__name__}: {exc}")
+            continue
+        if avail is not None and not avail:
+            out.append(f"force.{op} = {name!r} is not available on this machine ({here}): {avail.reason}; every {op} call here raises")
+    return out
+
+
+def _models(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
+    if args.model:
+        given = [f"--{n}" for n in ("experts", "hidden", "topk", "limit") if getattr(args, n) is not None]
+        if given:
+            raise UsageError(given[0], "not allowed with --model (the catalog gives the model's sizes and swiglu limit); "
+                             "drop it, or drop --model and give --experts/--hidden/--topk")
+        return load_catalog() if args.model == "all" else (get_model(args.model),)
+    missing = [f"--{n}" for n in ("experts", "hidden", "topk") if getattr(args, n) is None]
+    if missing:
+        raise UsageError("--model", f"give --model NAME (or 'all'), or all of --experts/--hidden/--topk; missing {', '.join(missing)}")
+    act = f"swiglu_limit={args.limit}" if args.limit is not None else "silu"
+    return (ModelSpec("custom/custom", 0, args.hidden, args.experts, args.topk, 0, act, "", "given"),)
+
+
+def _check_parallel(models: tuple[ModelSpec, ...], eps: list[int], tp: int, group_size: int, many: bool) -> list[str]:
+    """Errors for a bad --ep/--tp with one model; with ``--model all`` the skipped pairs, as notes."""
+    notes = []
+    for model in models:
+        for ep in eps:
+            if model.experts % ep:
+                divisors = [d for d in range(1, model.experts + 1) if model.experts % d == 0]
+                text = f"EP{ep} does not divide {model.short_name}'s {model.experts} experts; allowed: {', '.join(map(str, divisors))}"
+                if not many:
+                    raise UsageError("--ep", text)
+                notes.append(f"{model.short_name}: EP{ep} skipped: {text}")
+        if model.gpt_oss_activation:
+            continue
+        if model.inter % tp or (model.inter // tp) % group_size:
+            text = f"TP{tp} leaves {model.short_name}'s intermediate size {model.inter} not split into multiples of --group-size {group_size}"
+            if not many:
+                raise UsageError("--tp", text)
+            notes.append(f"{model.short_name}: TP{tp} skipped: {text}")
+    return notes
+
+
+def explain_calls(args: argparse.Namespace, platform: Platform, ue8m0: bool) -> tuple[list[tuple[str, str, Any, Any]], list[str]]:
+    """``(label, op, shape, config)`` per call (``shape`` None: ``config`` is the note) and the notes."""
+    models = _models(args)
+    eps = list(dict.fromkeys(args.ep))
+    notes = _check_parallel(models, eps, args.tp, args.group_size, many=len(models) > 1)
+    ops = OPS if args.op == "all" else (args.op,)
+    rows = args.rows or DEFAULT_ROWS
+    cases: list[tuple[str, str, Any, Any]] = []
+    for model in models:
+        if model.gpt_oss_activation:
+            cases.append((model.short_name, "silu_mul_quant", None,
+                          "gpt-oss activation (gemm1_alpha): handed to SGLang's original function, not modelled (docs/reliability.md)"))
+            continue
+        tp_ok = not (model.inter % args.tp or (model.inter // args.tp) % args.group_size)
+        for ep in eps:
+            if model.experts % ep:
+                continue
+            if "silu_mul_quant" in ops and tp_ok:
+                limit = "model" if args.model else args.limit
+                for case in silu_mul_quant_cases(model, ep=ep, tp=args.tp, rows=rows, platform=platform, ue8m0=ue8m0,
+                                                 group_size=args.group_size, swiglu_limit=limit):
+                    cases.append((case.label, "silu_mul_quant", case.shape, case.config))
+            if "mega_moe" in ops:
+                for mega in mega_moe_cases(model, ep=ep, platform=platform):
+                    cases.append((mega.label, "mega_moe", mega.shape, mega.config if mega.shape is not None else mega.note))
+    return cases, notes
+
+
+def _outcome(selection: Any, forced: str | None) -> str:
+    if selection.chosen is not None:
+        return f"runs {selection.chosen.name}" + (" [force]" if forced else "")
+    if forced:
+        return f"raises NoPluginAvailableError (force.{selection.op} = {forced!r} cannot run it)"
+    return "raises NoPluginAvailableError (no enabled plugin supports it)"
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    platform, platform_text = resolve_platform(args.platform)
+    ue8m0 = bool(args.ue8m0) or platform_uses_ue8m0(platform)
+    if ue8m0 and not args.ue8m0:
+        platform_text += "; UE8M0 scales (SGLang always uses them on sm100)"
+    selector = api.get_selector()
+    registry = selector.registry
+    cases, notes = explain_calls(args, platform, ue8m0)
+    warnings = forced_here_warnings(registry)
+    policy = ("strict: a plugin that fails at run time raises" if registry.config.strict else
+              "a silu_mul_quant plugin that fails at run time is logged once and the next one runs; mega_moe raises (collective)")
+    blocks = ["\n".join([f"platform: {platform_text}", f"failure policy: {policy}"] + [f"note: {n}" for n in notes]
+                         + [f"WARNING: {w}" for w in warnings])]
+    calls = []
+    quiet = logging.getLogger("sglang_moe_plugins.selection")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # the no-plugin WARNING would repeat what is printed here
+    try:
+        for label, op, shape, config in cases:
+            if shape is None:
+                blocks.append(f"{label}: {op}: {config}")
+                calls.append({"call": label, "op": op, "shape": None, "config": None, "chosen": None, "forced": False,
+                              "outcome": "not modelled" if "SGLang's original" in config else "not called", "note": config, "candidates": []})
+                continue
+            selection = selector.explain(op, shape, config)
+            forced = registry.config.force.get(op)
+            outcome = _outcome(selection, forced)
+            rows = [(c.name + (" [force]" if c.name == forced else ""), c.priority, c.verdict, c.reason) for c in selection.candidates]
+            blocks.append(f"{label}: {op} {selection.key_description()}\n  -> {outcome}\n"
+                          + "\n".join("  " + line for line in table(("plugin", "priority", "verdict", "reason"), rows).splitlines()))
+            calls.append({"call": label, "op": op, "shape": shape, "config": config,
+                          "chosen": selection.chosen.name if selection.chosen else None, "forced": forced is not None,
+                          "outcome": outcome, "note": None, "candidates": list(selection.candidates)})
+    finally:
+        quiet.setLevel(level)
+    if not calls:
+        raise UsageError("--model", "no call matches these arguments")
+    payload = {"platform": str(platform), "platform_source": platform_text, "ue8m0": ue8m0, "strict": registry.config.strict,
+               "force": dict(registry.config.force), "notes": notes, "warnings": warnings, "calls": calls}
+    emit(args, payload, "\n\n".join(blocks))
+    return 0
+
+
+def add_explain_parser(sub: Any) -> None:
+    p = sub.add_parser("explain", help="which plugin runs each MoE call of a model (silu_mul_quant and mega_moe), and why not the others",
+                       description="Explain plugin selection for a catalog model's MoE calls (or explicit sizes) on a platform. "
+                                   "A call no enabled plugin supports raises NoPluginAvailableError at run time.")
+    p.add_argument("--model", help="a model of the embedded catalog (id or short name), or 'all'")
+    p.add_argument("--experts", type=positive_int, help="routed experts (only without --model)")
+    p.add_argument("--hidden", type=positive_int, help="per-expert intermediate size D (only without --model)")
+    p.add_argument("--topk", type=positive_int, help="experts per token (only without --model)")
+    p.add_argument("--limit", type=float, help="swiglu_limit (only without --model; default none)")
+    p.add_argument("--ep", type=positive_int, nargs="+", default=[1], help="expert-parallel size(s), each dividing the experts (default 1)")
+    p.add_argument("--tp", type=positive_int, default=1, help="MoE tensor-parallel size (default 1)")
+    p.add_argument("--rows", type=rows_arg, help=f"padded rows per expert N, comma-separated ints >= 1 (default {','.join(map(str, DEFAULT_ROWS))})")
+    p.add_argument("--group-size", type=int, default=128, choices=GROUP_SIZES, help="quantization group size (default 128)")
+    p.add_argument("--ue8m0", action="store_true", help="UE8M0 packed scales on sm90 too (implied on sm100, as SGLang does)")
+    p.add_argument("--platform", type=platform_arg, default="local",
+                   help="local (this machine; default, shown in the output), cpu, or smNN (sm90, sm100)")
+    p.add_argument("--op", choices=("all",) + OPS, default="all", help="which op's calls to explain (default all)")
+    p.add_argument("--json", action="store_true", help="typed JSON; errors as {\"error\": ...}")
+    p.set_defaults(func=cmd_explain)

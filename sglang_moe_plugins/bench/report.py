@@ -1,0 +1,117 @@
+"""``bench`` output: the side-by-side table, the JSON payload, the plot and the priorities it supports."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from .._cli_util import table
+from .runner import BenchCase, Measurement, geomean
+
+__all__ = ["results_table", "payload", "rank_plugins", "priority_toml", "plot"]
+
+
+def _cell(m: Measurement) -> str:
+    return f"{m.us:.1f} ({m.frac:.2f})" if m.us is not None and m.frac is not None else m.status
+
+
+def results_table(cases: list[BenchCase], results: list[Measurement], bandwidth: float) -> str:
+    plugins = list(dict.fromkeys(m.plugin for m in results))
+    by = {(m.case, m.plugin): m for m in results}
+    rows = []
+    for case in cases:
+        timed = [by[(case.label, p)] for p in plugins if by[(case.label, p)].us is not None]
+        best = min(timed, key=lambda m: m.us).plugin if timed else "-"
+        rows.append([case.label, case.phase] + [_cell(by[(case.label, p)]) for p in plugins] + [best])
+    text = (f"silu_mul_quant, us per call (fraction of the copy ceiling, {bandwidth / 1e12:.2f} TB/s measured); "
+            "every expert holds N real rows\n" + table(["call", "phase"] + plugins + ["fastest"], rows))
+    reasons = sorted({(m.plugin, m.status, m.reason) for m in results if m.us is None})
+    if reasons:
+        text += "\n\nnot timed:\n" + "\n".join(f"  {p}: {s}: {r}" for p, s, r in reasons)
+    return text
+
+
+def rank_plugins(results: list[Measurement], all_plugins: dict[str, int]) -> list[tuple[str, int, str]]:
+    """``(plugin, priority, why)`` for every plugin of the op, highest first.
+
+    Plugins fastest on at least one call come first (most calls won, then the geometric mean of their time
+    over the fastest time); then the plugins this run could not time, in their current order; then the
+    timed plugins that were never fastest. Priorities are 10 apart.
+    """
+    by_case: dict[str, list[Measurement]] = defaultdict(list)
+    for m in results:
+        if m.us is not None:
+            by_case[m.case].append(m)
+    wins: dict[str, int] = defaultdict(int)
+    ratios: dict[str, list[float]] = defaultdict(list)
+    for timed in by_case.values():
+        best = min(timed, key=lambda m: m.us)
+        wins[best.plugin] += 1
+        for m in timed:
+            ratios[m.plugin].append(m.us / best.us)
+    timed_names = set(ratios)
+    winners = sorted((p for p in timed_names if wins[p]), key=lambda p: (-wins[p], geomean(ratios[p])))
+    others = sorted((p for p in all_plugins if p not in timed_names), key=lambda p: -all_plugins[p])
+    losers = sorted((p for p in timed_names if not wins[p]), key=lambda p: geomean(ratios[p]))
+    order = winners + others + losers
+    out = []
+    for i, name in enumerate(order):
+        if name in timed_names:
+            why = f"fastest on {wins[name]} of {len(by_case)} calls, {geomean(ratios[name]):.2f}x the fastest (geometric mean over {len(ratios[name])} timed calls)"
+        else:
+            why = "not timed in this run (unavailable, unsupported or disabled): kept in its current order"
+        out.append((name, 10 * (len(order) - i), why))
+    return out
+
+
+def priority_toml(ranking: list[tuple[str, int, str]], header: dict[str, Any]) -> str:
+    lines = ["# Written by `sglang-moe-plugins bench --write-config`: silu_mul_quant priorities measured on this machine.",
+             f"# {header.get('device')} commit {header.get('commit')}; calls: {header.get('calls')}",
+             "# Use it as SGLANG_MOE_PLUGINS_CONFIG, or copy the [priority] table into your configuration file",
+             "# (there is no include: a second [priority] table in one file is a TOML error).",
+             "", "[priority]"]
+    for name, priority, why in ranking:
+        lines.append(f"{name} = {priority}  # {why}")
+    return "\n".join(lines) + "\n"
+
+
+def payload(cases: list[BenchCase], results: list[Measurement], bandwidth: float, info: dict[str, Any],
+            ranking: list[tuple[str, int, str]]) -> dict[str, Any]:
+    return {
+        "op": "silu_mul_quant",
+        "run": info,
+        "copy_bandwidth_Bps": bandwidth,
+        "method": "median of CUDA-graph replays, inputs rotated past 3x L2; frac = copy-ceiling time of the real bytes / time",
+        "calls": [{"call": c.label, "model": c.model, "phase": c.phase, "shape": c.shape, "config": c.config} for c in cases],
+        "results": results,
+        "priorities": [{"plugin": n, "priority": p, "why": w} for n, p, w in ranking],
+    }
+
+
+def plot(cases: list[BenchCase], results: list[Measurement], path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plugins = list(dict.fromkeys(m.plugin for m in results if m.us is not None))
+    by = {(m.case, m.plugin): m for m in results}
+    width = 0.8 / max(1, len(plugins))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(cases) * max(1, len(plugins)) * 0.5 + 2), 4.5))
+    for j, name in enumerate(plugins):
+        xs, ys = [], []
+        for i, case in enumerate(cases):
+            m = by.get((case.label, name))
+            if m is not None and m.frac is not None:
+                xs.append(i + (j - (len(plugins) - 1) / 2) * width)
+                ys.append(m.frac)
+        ax.bar(xs, ys, width=width, label=name)
+    ax.set_xticks(range(len(cases)))
+    ax.set_xticklabels([c.label for c in cases], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("fraction of the copy ceiling")
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
