@@ -163,16 +163,16 @@ class MegaPlan:
 
     shape: mm.MegaMoEShape
     config: mm.MegaMoEConfig
-    l1_weights: tuple[torch.Tensor, torch.Tensor]
-    l2_weights: tuple[torch.Tensor, torch.Tensor]
-    shared_l1_weights: tuple[torch.Tensor, torch.Tensor] | None
-    shared_l2_weights: tuple[torch.Tensor, torch.Tensor] | None
+    l1_weights: tuple[torch.Tensor, torch.Tensor] = field(repr=False)
+    l2_weights: tuple[torch.Tensor, torch.Tensor] = field(repr=False)
+    shared_l1_weights: tuple[torch.Tensor, torch.Tensor] | None = field(repr=False)
+    shared_l2_weights: tuple[torch.Tensor, torch.Tensor] | None = field(repr=False)
     ep_group: Any
     #: The objects ``experts.mega_l1_weights`` / ``mega_l2_weights`` were (a hit checks identity).
-    sources: tuple[Any, Any]
+    sources: tuple[Any, Any] = field(repr=False)
     device: torch.device
     #: Free for the hook (e.g. its bound op), so that a hit hashes no shape or config.
-    cache: dict[str, Any] = field(default_factory=dict)
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True, eq=False)

@@ -54,16 +54,19 @@ def _sm_limit(device: torch.device | None = None) -> int:
     return max(2, physical - max(reserved, 0))
 
 
-def _make_reserve(deep_gemm: Any, host_context: Callable[[Any], Any] | None) -> Callable[[], Any]:
-    """The SM100 reservation as a zero-argument context factory (SGLang's own when it is loaded)."""
+def _make_reserve(deep_gemm: Any, host_context: Callable[[Any], Any] | None) -> Callable[[torch.device], Any]:
+    """The SM100 reservation as a context factory of the call's device (SGLang's own when it is loaded)."""
     if host_context is not None:
-        return lambda: host_context(deep_gemm)
-    limit: list[int] = []
+        return lambda device: host_context(deep_gemm)
+    limit: list[int | None] = []
 
     @contextlib.contextmanager
-    def reserve() -> Iterator[None]:
-        if not limit:
-            limit.append(_sm_limit())
+    def reserve(device: torch.device) -> Iterator[None]:
+        if not limit:  # once: the device's SM count and the environment
+            limit.append(_sm_limit(device) if device.type == "cuda" else None)
+        if limit[0] is None:
+            yield
+            return
         current = deep_gemm.get_num_sms()
         target = min(limit[0], current)
         target -= target % 2
@@ -158,7 +161,7 @@ def build_launch(variant: Any, api: DeepGemmApi, choice: str, shape: MegaMoEShap
         else:
             ids = x.new_empty((0, top_k), dtype=torch.int32)
             weights = x.new_empty((0, top_k), dtype=torch.float32)
-        with reserve() if reserve is not None else contextlib.nullcontext():
+        with reserve(x.device) if reserve is not None else contextlib.nullcontext():
             buf = buffer(group)
             has_shared = shared and inputs.shared_l1_weights is not None
             bm = shared_block_m(buf, num_tokens) if has_shared else 0
