@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import os
 import pathlib
 import subprocess
@@ -169,6 +170,12 @@ def _buffer(args: dict[str, Any], variant: str) -> types.SimpleNamespace:
     )
 
 
+@functools.lru_cache(maxsize=None)
+def _problem(variant: str, shared: bool):
+    """One problem per variant for every release (building it costs more than running the plugins)."""
+    return make_problem(variant, shared=shared, inter=512, seed=7, tokens=5, rsf=1.5)
+
+
 class _Group:
     def size(self) -> int:
         return 1
@@ -211,7 +218,7 @@ def test_plugins_call_only_what_each_release_takes(version: str, monkeypatch: py
     for cls, variant, platform, shared, pre in _CASES:
         plugin = cls(api)
         plugin.options = {"pre_dispatch": pre}
-        problem = make_problem(variant, shared=shared, inter=512, seed=7, tokens=5, rsf=1.5)
+        problem = _problem(variant, shared)
         config = dataclasses.replace(problem.config, platform=platform)
         verdict = plugin.supports(problem.shape, config)
         label = f"{plugin.name} shared={shared} pre_dispatch={pre}"
