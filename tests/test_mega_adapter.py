@@ -200,3 +200,32 @@ def test_validate_outputs() -> None:
     for bad in (mm.MegaMoEOutputs(good.y.float()), mm.MegaMoEOutputs(good.y[:, :-1]), mm.MegaMoEOutputs(good.y.t())):
         with pytest.raises(OutputValidationError, match="plugin 'x'"):
             mm.validate_outputs(bad, problem.shape, problem.config, "x")
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("variant", ["fp8xfp4", "sm90_fp8"])
+def test_sglangs_hooked_function_runs_the_op(variant: str) -> None:
+    """SGLang's real load_plugins() and its hooked run_mega_routed_experts, on CPU: mega_reference's rows,
+    the same on the second call of the layer (planned once), and an invalid call raises our error."""
+    pytest.importorskip("sglang")
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from sglang_session import loaded_sglang
+
+    loaded_sglang()
+    from sglang.srt.layers.moe import mega_moe as host
+
+    from sglang_moe_plugins.plugins.mega_reference import MegaReferencePlugin
+
+    problem = make_problem(variant, rsf=1.5, seed=50, tokens=6)
+    experts = _experts(problem)
+    i = problem.inputs
+    want = mm.allocate_outputs(problem.shape, problem.config, torch.device("cpu"), num_tokens=6)
+    MegaReferencePlugin().run(i, want, problem.shape, problem.config)
+    for _ in range(2):
+        y = host.run_mega_routed_experts(experts, i.hidden_states, i.topk_ids, i.topk_weights, **_kwargs(problem))
+        assert y.shape == (6, problem.shape.hidden) and torch.equal(y, want.y[:6])
+    with pytest.raises(InvalidArgumentError) as err:
+        host.run_mega_routed_experts(experts, i.hidden_states, i.topk_ids[:, :1], i.topk_weights, **_kwargs(problem))
+    assert err.value.argument == "topk_ids.shape"
