@@ -259,13 +259,13 @@ def _plan(experts: Any, hidden_states: torch.Tensor, topk_ids: Any, topk_weights
 
 
 def _key(experts: Any, hidden_states: torch.Tensor, topk_ids: Any, topk_weights: Any, kwargs: dict[str, Any]) -> tuple:
+    get = kwargs.get
     return (
         id(experts), tuple(kwargs), kwargs["hidden_size"], kwargs["intermediate_size"], kwargs["top_k"],
-        kwargs.get("activation_clamp"), kwargs.get("routed_scaling_factor", 1.0), kwargs.get("activation", "swiglu"),
-        kwargs.get("num_shared_experts", 0), id(kwargs.get("shared_l1_weights")), id(kwargs.get("shared_l2_weights")),
-        hidden_states.dtype, hidden_states.device, hidden_states.dim(),
-        None if topk_ids is None else (topk_ids.dtype, topk_ids.device, topk_ids.dim()),
-        None if topk_weights is None else (topk_weights.dtype, topk_weights.device, topk_weights.dim()),
+        get("activation_clamp"), get("routed_scaling_factor", 1.0), get("activation", "swiglu"),
+        get("num_shared_experts", 0), id(get("shared_l1_weights")), id(get("shared_l2_weights")),
+        hidden_states.dtype, hidden_states.device,
+        None if topk_ids is None else topk_ids.dtype, None if topk_weights is None else topk_weights.dtype,
     )
 
 
@@ -274,15 +274,20 @@ def _fits(plan: MegaPlan, experts: Any, hidden_states: torch.Tensor, topk_ids: A
     if experts.mega_l1_weights is not plan.sources[0] or experts.mega_l2_weights is not plan.sources[1]:
         return False
     shape = plan.shape
-    tokens = hidden_states.shape[0]
-    if num_tokens != tokens or tokens > shape.max_tokens_per_rank or hidden_states.shape[1] != shape.hidden:
+    size = hidden_states.shape
+    if len(size) != 2 or size[1] != shape.hidden:
         return False
-    if tokens and hidden_states.stride(1) != 1:
+    tokens = size[0]
+    if num_tokens != tokens or tokens > shape.max_tokens_per_rank:
         return False
     if topk_ids is None or topk_weights is None:
         return tokens == 0 and topk_ids is None and topk_weights is None
     want = (tokens, shape.top_k)
-    return topk_ids.shape == want and topk_weights.shape == want
+    if topk_ids.shape != want or topk_weights.shape != want:
+        return False
+    if tokens and hidden_states.stride(1) != 1:
+        return False
+    return topk_ids.device == plan.device and topk_weights.device == plan.device
 
 
 def build_call(

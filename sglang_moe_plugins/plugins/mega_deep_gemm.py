@@ -199,7 +199,7 @@ class MegaDeepGemmPlugin(Plugin):
     def __init__(self, api: DeepGemmApi | None = None) -> None:
         """``api``: the sgl-deep-gemm API to plan for (default: the installed one, detected once)."""
         self._api = api
-        self._prepared: dict[tuple[MegaMoEShape, MegaMoEConfig], Callable[[MegaMoEInputs, MegaMoEOutputs], None]] = {}
+        self._prepared: dict[tuple[MegaMoEShape, MegaMoEConfig, Any], Callable[[MegaMoEInputs, MegaMoEOutputs], None]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -241,7 +241,7 @@ class MegaDeepGemmPlugin(Plugin):
 
     # -- running -----------------------------------------------------------------------------------
     def run(self, inputs: MegaMoEInputs, outputs: MegaMoEOutputs, shape: MegaMoEShape, config: MegaMoEConfig) -> None:
-        key = (shape, config)
+        key = (shape, config, self.options.get("pre_dispatch"))  # options may be replaced after creation
         launch = self._prepared.get(key)
         if launch is None:
             with self._lock:
