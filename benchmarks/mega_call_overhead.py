@@ -108,10 +108,11 @@ def main() -> None:
         return call.result(outputs)
 
     want = direct()[:t].clone()
-    same = {name: bool(torch.equal(fn()[:t], want)) for name, fn in (("prepared", prepared), ("hooked", hooked))}
+    # the same DeepGEMM calls: y equal to the direct one (up to the kernel's own run-to-run order, if any)
+    same = {name: (fn()[:t].float() - want.float()).abs().max().item() if t else 0.0 for name, fn in (("prepared", prepared), ("hooked", hooked))}
     torch.cuda.synchronize()
     results = {"shape": shape.describe(), "tokens": t, "deep_gemm": getattr(deep_gemm, "__version__", "?"),
-               "y_equal_to_direct": same, "rows_finite": bool(torch.isfinite(want).all())}
+               "max_abs_diff_to_direct": same, "rows_finite": bool(torch.isfinite(want).all())}
     for name, fn in (("direct", direct), ("prepared", prepared), ("hooked", hooked)):
         results[f"{name}_us"] = round(_time(fn), 2)
     results["prepared_minus_direct_us"] = round(results["prepared_us"] - results["direct_us"], 2)
