@@ -31,7 +31,7 @@ from types import MappingProxyType
 from typing import Any, Callable, ClassVar
 
 from ..contract import Plugin, Support
-from ..deep_gemm_api import DeepGemmApi, detect_deep_gemm_api, load_deep_gemm
+from ..deep_gemm_api import DeepGemmApi, detect_deep_gemm_api
 from ..hardware import Platform, triton_available
 from ..ops.mega_moe import OP, MegaMoEConfig, MegaMoEInputs, MegaMoEOutputs, MegaMoEShape
 
