@@ -1,25 +1,27 @@
-"""Which sgl-deep-gemm MegaMoE API is installed, told without importing it.
+"""Which sgl-deep-gemm MegaMoE API is installed, read from its real signatures (no import needed).
 
-sgl-deep-gemm changed how MegaMoE picks FP4 activations:
+Every sgl-deep-gemm release from 0.1.4 to 0.2.5 was read (docs/deep-gemm-releases.md has the table,
+tests/test_deep_gemm_releases.py checks this module against each release's wheel). What changes:
 
-- **mma_type API** (sgl-deep-gemm 0.2.x, e.g. 0.2.3.post2 pinned by SGLang 0.5.23):
-  ``get_symm_buffer_for_mega_moe(..., mma_type='fp8xfp4' | 'mxf4xmxf4' | 'nvfp4xnvfp4')`` and
-  ``mega_moe_pre_dispatch(..., mma_type=...)``. Its ``SymmBuffer`` raises ``RuntimeError`` when
-  ``DG_USE_FP4_ACTS`` or ``DG_USE_MXF4_KIND`` is set to a non-zero value
-  (``deep_gemm.mega._check_legacy_fp4_acts_env``): those variables were replaced by ``mma_type``.
-- **legacy env API** (older forks): ``get_symm_buffer_for_mega_moe(..., use_fp8_dispatch=True,
-  activation='swiglu')`` without ``mma_type``; the C++ side reads ``DG_USE_FP4_ACTS`` /
-  ``DG_USE_MXF4_KIND`` at every call (buffer sizing and kernel), process-wide.
+- ``get_symm_buffer_for_mega_moe`` takes ``mma_type`` from 0.1.4 on, ``num_shared_experts`` from 0.1.6.
+- ``fp8_fp4_mega_moe`` takes ``shared_l1_weights`` / ``shared_l2_weights`` from 0.1.6;
+  ``get_block_m_for_mega_moe`` (the shared experts' scale layout) exists from 0.1.7.
+- FP4 activations: up to 0.1.6 the C++ side accepts only ``mma_type='fp8xfp4'`` and reads
+  ``DG_USE_FP4_ACTS`` / ``DG_USE_MXF4_KIND`` at every call (``mega_moe_pre_dispatch(...,
+  use_fp4_acts)``): the **legacy env** API. From 0.1.7 ``mma_type='mxf4xmxf4'`` selects them
+  (``mega_moe_pre_dispatch(..., mma_type)``) and ``SymmBuffer`` raises ``RuntimeError`` when a
+  ``DG_USE_*`` variable is set (``deep_gemm.mega._check_legacy_fp4_acts_env``): the **mma_type** API.
+- SM90: ``fp8_mega_moe`` from 0.1.4 (0.2.5 adds an optional ``num_tokens_bound``),
+  ``mega_moe_pre_dispatch_sm90`` from 0.1.4.post1.
 
-This package never sets those variables. For a release that refuses them that is required; for a
-legacy release setting them would switch every MegaMoE layer of the process at once, so the W4A4
-plugin declines such a release instead (its ``supports`` says why). SGLang's own old switches
-``SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_FP4_ACTS`` / ``_USE_MXF4_KIND`` are not forwarded either:
-:func:`legacy_sglang_fp4_flags` reports them so that the configuration layer can translate them.
+This package never sets the ``DG_USE_*`` variables (0.1.7+ refuses them; on older releases they switch
+every MegaMoE layer of the process at once), and the plugins pass only the arguments the installed
+release takes (:meth:`DeepGemmApi.takes`).
 
-Detection reads the package's Python sources with :mod:`ast` (found through
-``importlib.util.find_spec``), so it costs no import, no CUDA initialisation and no compilation,
-and gives the same answer on every rank. :func:`api_of_module` inspects an imported module instead.
+:func:`api_from_source_dir` reads a package directory's Python sources with :mod:`ast` (no import,
+no CUDA initialisation, the same answer on every rank); :func:`detect_deep_gemm_api` does that for
+the installed ``deep_gemm`` (found with ``importlib.util.find_spec``), once per process.
+:func:`api_of_module` reads an imported module with :func:`inspect.signature`.
 """
 
 from __future__ import annotations
@@ -38,14 +40,12 @@ from typing import Any, Literal, Mapping
 __all__ = [
     "Flavour",
     "LEGACY_ENV_VARS",
-    "LEGACY_SGLANG_FLAGS",
     "MEGA_FUNCTIONS",
     "DeepGemmApi",
     "detect_deep_gemm_api",
     "api_from_source_dir",
     "api_of_module",
     "legacy_env_set",
-    "legacy_sglang_fp4_flags",
     "load_deep_gemm",
 ]
 
@@ -53,13 +53,11 @@ logger = logging.getLogger(__name__)
 
 Flavour = Literal["mma_type", "legacy_env", "no_mega", "absent"]
 
-#: Environment variables that older sgl-deep-gemm releases read and 0.2.x refuses.
+#: Environment variables that sgl-deep-gemm up to 0.1.6 reads and 0.1.7+ refuses.
 LEGACY_ENV_VARS = ("DG_USE_FP4_ACTS", "DG_USE_MXF4_KIND")
 
-#: SGLang's old switches (seed PRs) that forwarded into :data:`LEGACY_ENV_VARS`.
-LEGACY_SGLANG_FLAGS = ("SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_FP4_ACTS", "SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_MXF4_KIND")
-
-#: The deep_gemm functions the MegaMoE plugins may call.
+#: The deep_gemm functions whose signatures are recorded (the plugins call the first six; the
+#: weight transforms are SGLang's, recorded for the release table).
 MEGA_FUNCTIONS = (
     "get_symm_buffer_for_mega_moe",
     "fp8_fp4_mega_moe",
@@ -67,23 +65,28 @@ MEGA_FUNCTIONS = (
     "mega_moe_pre_dispatch",
     "mega_moe_pre_dispatch_sm90",
     "get_block_m_for_mega_moe",
+    "transform_weights_for_mega_moe",
+    "transform_weights_for_mega_moe_sm90",
 )
+
+#: MMA types of the SM100 MegaMoE kernels (``fp8xfp4`` only, up to 0.1.6).
+_MMA_TYPES_ALL = ("fp8xfp4", "mxf4xmxf4", "nvfp4xnvfp4")
 
 
 @dataclass(frozen=True)
 class DeepGemmApi:
-    """What the installed sgl-deep-gemm offers to MegaMoE. Hashable; part of the mega_moe config.
+    """What the installed sgl-deep-gemm offers to MegaMoE. Hashable.
 
-    ``flavour``: ``"mma_type"`` (0.2.x), ``"legacy_env"`` (FP4 activations by env vars),
-    ``"no_mega"`` (installed, without MegaMoE) or ``"absent"`` (not installed).
-    ``functions``: the :data:`MEGA_FUNCTIONS` the package defines.
-    ``refuses_legacy_env``: the package raises when a :data:`LEGACY_ENV_VARS` variable is set.
-    ``legacy_env``: the :data:`LEGACY_ENV_VARS` set to a non-zero value when detected.
+    ``flavour``: ``"mma_type"`` (0.1.7+: FP4 activations chosen by ``mma_type``), ``"legacy_env"``
+    (up to 0.1.6: by the ``DG_USE_*`` variables), ``"no_mega"`` (installed, without MegaMoE) or
+    ``"absent"``. ``signatures``: ``(function, parameter names)`` of each :data:`MEGA_FUNCTIONS`
+    entry the package exports, in order. ``refuses_legacy_env``: the package raises when a
+    :data:`LEGACY_ENV_VARS` variable is set. ``legacy_env``: those set to a non-zero value when detected.
     """
 
     flavour: Flavour
     version: str | None = None
-    functions: frozenset[str] = frozenset()
+    signatures: tuple[tuple[str, tuple[str, ...]], ...] = ()
     refuses_legacy_env: bool = False
     legacy_env: tuple[str, ...] = ()
     origin: str | None = None
@@ -92,8 +95,39 @@ class DeepGemmApi:
     def present(self) -> bool:
         return self.flavour != "absent"
 
+    @property
+    def functions(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.signatures)
+
     def has(self, function: str) -> bool:
-        return function in self.functions
+        return any(name == function for name, _ in self.signatures)
+
+    def params(self, function: str) -> tuple[str, ...]:
+        """The parameter names of ``deep_gemm.<function>`` (empty when it is missing)."""
+        for name, params in self.signatures:
+            if name == function:
+                return params
+        return ()
+
+    def takes(self, function: str, parameter: str) -> bool:
+        return parameter in self.params(function)
+
+    @property
+    def mma_types(self) -> tuple[str, ...]:
+        """The ``mma_type`` values the SM100 kernels accept (``fp8xfp4`` only on the legacy env API)."""
+        if not self.takes("get_symm_buffer_for_mega_moe", "mma_type"):
+            return ()
+        return _MMA_TYPES_ALL if self.flavour == "mma_type" else ("fp8xfp4",)
+
+    @property
+    def shared_experts(self) -> bool:
+        """In-kernel (fused) shared experts: the buffer sized for them, the kernel taking their
+        weights, and the block size their scale layout follows (0.1.7+)."""
+        return (
+            self.takes("get_symm_buffer_for_mega_moe", "num_shared_experts")
+            and self.takes("fp8_fp4_mega_moe", "shared_l1_weights")
+            and self.has("get_block_m_for_mega_moe")
+        )
 
     def describe(self) -> str:
         if self.flavour == "absent":
@@ -122,36 +156,35 @@ def legacy_env_set(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
     return tuple(found)
 
 
-def legacy_sglang_fp4_flags(environ: Mapping[str, str] | None = None) -> dict[str, bool]:
-    """SGLang's old FP4-activation switches that are set to a true value, by name.
+def _flavour(signatures: Mapping[str, tuple[str, ...]], refuses: bool) -> Flavour:
+    if "get_symm_buffer_for_mega_moe" not in signatures:
+        return "no_mega"
+    if refuses or "mma_type" in signatures.get("mega_moe_pre_dispatch", ()):
+        return "mma_type"
+    return "legacy_env"
 
-    They meant "use W4A4 (MXFP4 activations) MegaMoE". In SGLang 0.5.23 the weights' layout is
-    chosen at load time by ``--enable-w4a4-mxfp4-megamoe`` (``experts._mega_moe_w4a4``); these
-    variables must be translated into configuration (prefer ``mega_w4a4``), never forwarded into
-    ``DG_USE_*`` (sgl-deep-gemm 0.2.x raises on those).
-    """
-    environ = os.environ if environ is None else environ
-    truthy = {"1", "true", "yes", "on"}
-    return {name: True for name in LEGACY_SGLANG_FLAGS if environ.get(name, "").strip().lower() in truthy}
+
+def _ordered(signatures: Mapping[str, tuple[str, ...]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    return tuple((name, signatures[name]) for name in MEGA_FUNCTIONS if name in signatures)
 
 
 # -- static detection -------------------------------------------------------------------------------
 
 
+def _param_names(args: ast.arguments) -> tuple[str, ...]:
+    names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+    return tuple(names)
+
+
 def _function_params(tree: ast.Module) -> dict[str, tuple[str, ...]]:
-    params: dict[str, tuple[str, ...]] = {}
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef):
-            args = node.args
-            names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
-            params[node.name] = tuple(names)
-    return params
+    return {node.name: _param_names(node.args) for node in tree.body if isinstance(node, ast.FunctionDef)}
 
 
-def _imported_names(tree: ast.Module) -> set[str]:
+def _names_from_mega(tree: ast.Module) -> set[str]:
+    """Names the top-level ``__init__`` re-exports from its ``mega`` submodule."""
     names: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module == "mega":
             names.update(alias.asname or alias.name for alias in node.names)
     return names
 
@@ -165,9 +198,8 @@ def _parse(path: pathlib.Path) -> tuple[ast.Module | None, str]:
 
 
 def _read_version(package_dir: pathlib.Path) -> str | None:
-    version_file = package_dir / "VERSION"
     try:
-        return version_file.read_text(encoding="utf-8").strip() or None
+        return (package_dir / "VERSION").read_text(encoding="utf-8").strip() or None
     except OSError:
         pass
     try:
@@ -179,33 +211,30 @@ def _read_version(package_dir: pathlib.Path) -> str | None:
 
 
 def api_from_source_dir(package_dir: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> DeepGemmApi:
-    """Detect the API of a deep_gemm package directory from its sources (nothing is imported)."""
+    """The API of a ``deep_gemm`` package directory, from its sources (nothing is imported).
+
+    A function counts when the top-level ``__init__`` defines it (it wins: on 0.1.4+ it wraps the
+    SM90 / SM100 choice) or re-exports it from ``mega``; its parameters are those of that definition.
+    """
     root = pathlib.Path(package_dir)
     top_tree, top_text = _parse(root / "__init__.py")
     mega_tree, mega_text = _parse(root / "mega" / "__init__.py")
     if mega_tree is None:
         mega_tree, mega_text = _parse(root / "mega.py")
-    params: dict[str, tuple[str, ...]] = {}
-    exported: set[str] = set()
-    for tree in (mega_tree, top_tree):  # top-level definitions win (they wrap the mega ones)
-        if tree is not None:
-            params.update(_function_params(tree))
-    if top_tree is not None:
-        exported = _imported_names(top_tree)
-    functions = frozenset(f for f in MEGA_FUNCTIONS if f in params or f in exported)
-    text = top_text + "\n" + mega_text
-    refuses = "_check_legacy_fp4_acts_env" in text or ("DG_USE_FP4_ACTS" in text and "no longer supported" in text)
-    buffer_params = params.get("get_symm_buffer_for_mega_moe", ())
-    if "get_symm_buffer_for_mega_moe" not in functions:
-        flavour: Flavour = "no_mega"
-    elif "mma_type" in buffer_params:
-        flavour = "mma_type"
-    else:
-        flavour = "legacy_env"
+    top = _function_params(top_tree) if top_tree is not None else {}
+    mega = _function_params(mega_tree) if mega_tree is not None else {}
+    exported = _names_from_mega(top_tree) if top_tree is not None else set()
+    signatures: dict[str, tuple[str, ...]] = {}
+    for name in MEGA_FUNCTIONS:
+        if name in top:
+            signatures[name] = top[name]
+        elif name in exported and name in mega:
+            signatures[name] = mega[name]
+    refuses = "_check_legacy_fp4_acts_env" in mega_text or "_check_legacy_fp4_acts_env" in top_text
     return DeepGemmApi(
-        flavour=flavour,
+        flavour=_flavour(signatures, refuses),
         version=_read_version(root),
-        functions=functions,
+        signatures=_ordered(signatures),
         refuses_legacy_env=refuses,
         legacy_env=legacy_env_set(environ),
         origin=str(root),
@@ -226,9 +255,9 @@ def _detect_cached() -> DeepGemmApi:
 
 
 def detect_deep_gemm_api(refresh: bool = False) -> DeepGemmApi:
-    """The installed sgl-deep-gemm's MegaMoE API (cached per process; ``refresh`` re-reads it).
+    """The installed sgl-deep-gemm's MegaMoE API (read once per process; ``refresh`` re-reads it).
 
-    The environment snapshot (:attr:`DeepGemmApi.legacy_env`) is taken at the first call.
+    The environment snapshot (:attr:`DeepGemmApi.legacy_env`) is taken at that first read.
     """
     if refresh:
         _detect_cached.cache_clear()
@@ -236,23 +265,22 @@ def detect_deep_gemm_api(refresh: bool = False) -> DeepGemmApi:
 
 
 def api_of_module(module: ModuleType | Any, environ: Mapping[str, str] | None = None) -> DeepGemmApi:
-    """Detect the API of an already imported ``deep_gemm`` module (or a stand-in) by introspection."""
-    functions = frozenset(f for f in MEGA_FUNCTIONS if callable(getattr(module, f, None)))
-    flavour: Flavour
-    if "get_symm_buffer_for_mega_moe" not in functions:
-        flavour = "no_mega"
-    else:
+    """The API of an imported ``deep_gemm`` module (or a stand-in), by :func:`inspect.signature`."""
+    signatures: dict[str, tuple[str, ...]] = {}
+    for name in MEGA_FUNCTIONS:
+        fn = getattr(module, name, None)
+        if not callable(fn):
+            continue
         try:
-            params = inspect.signature(module.get_symm_buffer_for_mega_moe).parameters
+            signatures[name] = tuple(inspect.signature(fn).parameters)
         except (TypeError, ValueError):
-            params = {}
-        flavour = "mma_type" if "mma_type" in params else "legacy_env"
+            signatures[name] = ()
     mega = getattr(module, "mega", None)
     refuses = callable(getattr(mega, "_check_legacy_fp4_acts_env", None))
     return DeepGemmApi(
-        flavour=flavour,
+        flavour=_flavour(signatures, refuses),
         version=getattr(module, "__version__", None),
-        functions=functions,
+        signatures=_ordered(signatures),
         refuses_legacy_env=refuses,
         legacy_env=legacy_env_set(environ),
         origin=getattr(module, "__file__", None),

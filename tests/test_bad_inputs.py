@@ -324,7 +324,7 @@ def _mega_args(p, **override):
     args = dict(hidden_states=x.hidden_states, topk_ids=x.topk_ids, topk_weights=x.topk_weights,
                 l1_weights=x.l1_weights, l2_weights=x.l2_weights, variant=p.config.variant,
                 num_experts=p.shape.num_experts, hidden_size=p.shape.hidden, intermediate_size=p.shape.intermediate,
-                top_k=p.shape.top_k, max_tokens_per_rank=64, deep_gemm_api=p.config.deep_gemm)
+                top_k=p.shape.top_k, max_tokens_per_rank=64)
     args.update(override)
     return args
 

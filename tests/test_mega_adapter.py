@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from types import SimpleNamespace
 
@@ -12,6 +13,13 @@ from _mega_cases import make_problem
 from sglang_moe_plugins.errors import InvalidArgumentError, OutputValidationError
 from sglang_moe_plugins.integrations import mega_adapter as ma
 from sglang_moe_plugins.ops import mega_moe as mm
+
+
+@pytest.fixture(autouse=True)
+def _fresh_adapter():
+    ma.reset()  # settings (the token cap) are read once per process; plans are cached per layer
+    yield
+    ma.reset()
 
 
 def _experts(problem, **flags) -> SimpleNamespace:
@@ -61,7 +69,9 @@ def test_build_call_models_the_variant(variant: str, monkeypatch: pytest.MonkeyP
     assert call.shape == mm.MegaMoEShape(problem.shape.num_experts, problem.shape.hidden, problem.shape.intermediate,
                                          problem.shape.top_k, problem.shape.num_shared_experts, 1, 1024)
     assert call.inputs.l1_weights[0] is problem.inputs.l1_weights[0]
-    assert callable(call.inputs.ep_group)  # resolved lazily from SGLang's runtime context
+    assert call.inputs.ep_group is None  # no SGLang runtime context here
+    assert {f.name for f in dataclasses.fields(call.inputs)} == {
+        "hidden_states", "topk_ids", "topk_weights", "l1_weights", "l2_weights", "shared_l1_weights", "shared_l2_weights", "ep_group"}
     outputs = call.allocate_outputs()
     assert outputs.y.shape == (problem.inputs.num_tokens, problem.shape.hidden)
     assert call.result(outputs).data_ptr() == outputs.y.data_ptr()
@@ -81,7 +91,6 @@ def test_zero_tokens_allocates_one_row_and_returns_none() -> None:
         {"routing_in_buffer": True},
         {"activation": "swigluoai"},
         {"brand_new_argument": 1},
-        {"num_tokens": 3},  # disagrees with hidden_states
     ],
 )
 def test_calls_left_to_the_host(change: dict) -> None:
@@ -89,10 +98,19 @@ def test_calls_left_to_the_host(change: dict) -> None:
     assert _call(problem, **change) is None
 
 
-@pytest.mark.parametrize("flags", [{"_mega_moe_nvfp4": True}, {"_mega_moe_weights_built": False}, {"num_experts": 6}])
+@pytest.mark.parametrize("flags", [{"_mega_moe_nvfp4": True}, {"_mega_moe_weights_built": False}])
 def test_experts_left_to_the_host(flags: dict) -> None:
     problem = make_problem("fp8xfp4", seed=44)
     assert _call(problem, experts=_experts(problem, **flags)) is None
+
+
+def test_experts_whose_weights_disagree_are_an_error() -> None:
+    problem = make_problem("fp8xfp4", seed=44)
+    with pytest.raises(InvalidArgumentError, match=r"l1_weights\[0\].shape"):
+        _call(problem, experts=_experts(problem, num_experts=6))
+    experts = _experts(problem)
+    del experts.mega_l2_weights
+    assert _call(problem, experts=experts) is None  # not the host's experts module as modelled: left to SGLang
 
 
 def test_missing_required_kwarg_and_token_cap(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,7 +120,51 @@ def test_missing_required_kwarg_and_token_cap(monkeypatch: pytest.MonkeyPatch) -
     del kwargs["top_k"]
     assert ma.build_call(_experts(problem), i.hidden_states, i.topk_ids, i.topk_weights, **kwargs) is None
     monkeypatch.setenv("SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK", str(i.num_tokens - 1))
-    assert _call(problem) is None  # the host asserts with its own message
+    ma.reset()
+    with pytest.raises(InvalidArgumentError, match="max_tokens_per_rank") as err:
+        _call(problem)
+    assert err.value.argument == "hidden_states.shape[0]"
+
+
+def test_num_tokens_that_disagrees_with_hidden_states_is_an_error() -> None:
+    problem = make_problem("fp8xfp4", seed=43)
+    with pytest.raises(InvalidArgumentError) as err:
+        _call(problem, num_tokens=3)
+    assert err.value.argument == "num_tokens" and err.value.value == 3
+
+
+def test_a_layer_is_planned_once_and_checked_per_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second call of a layer runs no describe(); what depends on the batch is still checked."""
+    problem = make_problem("fp8xfp4", seed=48, tokens=12)
+    experts = _experts(problem)
+    first = _call(problem, experts)
+    described = []
+    real = mm.describe
+    monkeypatch.setattr(mm, "describe", lambda *a, **k: described.append(1) or real(*a, **k))
+    second = _call(problem, experts)
+    assert described == [] and second.plan is first.plan and second.shape is first.shape
+    assert second.inputs.hidden_states is problem.inputs.hidden_states
+    # another batch of the same layer: same plan
+    i = problem.inputs
+    short = ma.build_call(experts, i.hidden_states[:5], i.topk_ids[:5], i.topk_weights[:5], **_kwargs(problem, num_tokens=5))
+    assert described == [] and short.plan is first.plan and short.allocate_outputs().y.shape == (5, problem.shape.hidden)
+    # a batch whose routing disagrees: validated again, and refused with the argument's name
+    with pytest.raises(InvalidArgumentError, match="topk_ids.shape"):
+        ma.build_call(experts, i.hidden_states[:5], i.topk_ids, i.topk_weights[:5], **_kwargs(problem, num_tokens=5))
+    assert described == [1]
+    # the host rebuilt its weights: planned again
+    described.clear()
+    experts.mega_l1_weights = tuple(list(experts.mega_l1_weights))
+    again = _call(problem, experts)
+    assert again.plan is not first.plan and described == [1]
+
+
+def test_the_plan_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ma, "MAX_PLANS", 2)
+    problem = make_problem("fp8xfp4", seed=49)
+    for rsf in (1.0, 2.0, 3.0, 4.0):
+        assert _call(problem, routed_scaling_factor=rsf) is not None
+    assert len(ma._plans) <= 2
 
 
 def test_variant_of() -> None:
@@ -138,3 +200,32 @@ def test_validate_outputs() -> None:
     for bad in (mm.MegaMoEOutputs(good.y.float()), mm.MegaMoEOutputs(good.y[:, :-1]), mm.MegaMoEOutputs(good.y.t())):
         with pytest.raises(OutputValidationError, match="plugin 'x'"):
             mm.validate_outputs(bad, problem.shape, problem.config, "x")
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("variant", ["fp8xfp4", "sm90_fp8"])
+def test_sglangs_hooked_function_runs_the_op(variant: str) -> None:
+    """SGLang's real load_plugins() and its hooked run_mega_routed_experts, on CPU: mega_reference's rows,
+    the same on the second call of the layer (planned once), and an invalid call raises our error."""
+    pytest.importorskip("sglang")
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from sglang_session import loaded_sglang
+
+    loaded_sglang()
+    from sglang.srt.layers.moe import mega_moe as host
+
+    from sglang_moe_plugins.plugins.mega_reference import MegaReferencePlugin
+
+    problem = make_problem(variant, rsf=1.5, seed=50, tokens=6)
+    experts = _experts(problem)
+    i = problem.inputs
+    want = mm.allocate_outputs(problem.shape, problem.config, torch.device("cpu"), num_tokens=6)
+    MegaReferencePlugin().run(i, want, problem.shape, problem.config)
+    for _ in range(2):
+        y = host.run_mega_routed_experts(experts, i.hidden_states, i.topk_ids, i.topk_weights, **_kwargs(problem))
+        assert y.shape == (6, problem.shape.hidden) and torch.equal(y, want.y[:6])
+    with pytest.raises(InvalidArgumentError) as err:
+        host.run_mega_routed_experts(experts, i.hidden_states, i.topk_ids[:, :1], i.topk_weights, **_kwargs(problem))
+    assert err.value.argument == "topk_ids.shape"

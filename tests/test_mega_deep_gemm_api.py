@@ -15,38 +15,6 @@ from sglang_moe_plugins import deep_gemm_api as dga
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
-# The older fork's Python API, as its sources read (get_symm_buffer_for_mega_moe without mma_type,
-# FP4 activations chosen by DG_USE_FP4_ACTS / DG_USE_MXF4_KIND read by the C++ side at call time).
-LEGACY_INIT = textwrap.dedent(
-    """
-    import os
-    from . import _C
-    from .mega import SymmBuffer, get_symm_buffer_for_mega_moe, fp8_fp4_mega_moe
-    """
-)
-LEGACY_MEGA = textwrap.dedent(
-    """
-    import torch
-    from .. import _C
-
-    class SymmBuffer:
-        def __init__(self, group, num_experts, num_max_tokens_per_rank, num_topk, hidden,
-                     intermediate_hidden, use_fp8_dispatch=True, activation='swiglu'):
-            pass
-
-    def get_symm_buffer_for_mega_moe(group, num_experts, num_max_tokens_per_rank, num_topk,
-                                     hidden, intermediate_hidden, use_fp8_dispatch=True,
-                                     activation='swiglu'):
-        return SymmBuffer(group, num_experts, num_max_tokens_per_rank, num_topk, hidden,
-                          intermediate_hidden, use_fp8_dispatch, activation)
-
-    def fp8_fp4_mega_moe(y, l1_weights, l2_weights, sym_buffer, cumulative_local_expert_recv_stats=None,
-                         recipe=(1, 1, 32), activation='swiglu', activation_clamp=None, fast_math=True):
-        _C.fp8_fp4_mega_moe(y, l1_weights, l2_weights, sym_buffer)
-    """
-)
-
-
 def _write_package(root: pathlib.Path, init: str, mega: str, version: str) -> pathlib.Path:
     pkg = root / "deep_gemm"
     (pkg / "mega").mkdir(parents=True)
@@ -59,21 +27,34 @@ def _write_package(root: pathlib.Path, init: str, mega: str, version: str) -> pa
 def test_installed_package_is_the_mma_type_api() -> None:
     pytest.importorskip("deep_gemm", reason="sgl-deep-gemm installed")
     api = dga.detect_deep_gemm_api(refresh=True)
-    assert api.flavour == "mma_type"
-    assert api.refuses_legacy_env
-    assert set(dga.MEGA_FUNCTIONS) <= api.functions
+    assert api.flavour == "mma_type" and api.refuses_legacy_env and api.shared_experts
+    assert {"get_symm_buffer_for_mega_moe", "fp8_fp4_mega_moe", "fp8_mega_moe", "mega_moe_pre_dispatch",
+            "mega_moe_pre_dispatch_sm90", "get_block_m_for_mega_moe"} <= api.functions
     from importlib import metadata
 
     assert api.version == metadata.version("sgl-deep-gemm")
 
 
 def test_static_detection_agrees_with_the_imported_module() -> None:
+    """ast on the sources and inspect.signature on the imported module read the same API."""
     deep_gemm = pytest.importorskip("deep_gemm")
     static = dga.detect_deep_gemm_api(refresh=True)
     live = dga.api_of_module(deep_gemm)
-    assert (live.flavour, live.functions, live.refuses_legacy_env, live.version) == (
-        static.flavour, static.functions, static.refuses_legacy_env, static.version,
+    assert (live.flavour, live.signatures, live.refuses_legacy_env, live.version) == (
+        static.flavour, static.signatures, static.refuses_legacy_env, static.version,
     )
+
+
+def test_capabilities_follow_the_signatures() -> None:
+    from _mega_cases import API_LEGACY, API_MMA_TYPE
+
+    assert API_MMA_TYPE.takes("get_symm_buffer_for_mega_moe", "num_shared_experts")
+    assert not API_LEGACY.takes("get_symm_buffer_for_mega_moe", "num_shared_experts")
+    assert API_LEGACY.takes("get_symm_buffer_for_mega_moe", "mma_type")  # takes it, but 'fp8xfp4' only
+    assert API_LEGACY.mma_types == ("fp8xfp4",) and "mxf4xmxf4" in API_MMA_TYPE.mma_types
+    assert API_MMA_TYPE.shared_experts and not API_LEGACY.shared_experts
+    assert API_LEGACY.params("get_block_m_for_mega_moe") == () and not API_LEGACY.has("get_block_m_for_mega_moe")
+    assert dga.DeepGemmApi("absent").mma_types == ()
 
 
 def test_installed_package_refuses_the_legacy_variables(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,34 +66,6 @@ def test_installed_package_refuses_the_legacy_variables(monkeypatch: pytest.Monk
             mega._check_legacy_fp4_acts_env()
         monkeypatch.delenv(name)
     mega._check_legacy_fp4_acts_env()
-
-
-def test_legacy_source_tree(tmp_path: pathlib.Path) -> None:
-    pkg = _write_package(tmp_path, LEGACY_INIT, LEGACY_MEGA, "0.1.9")
-    api = dga.api_from_source_dir(pkg, environ={})
-    assert api.flavour == "legacy_env" and api.version == "0.1.9"
-    assert api.functions == frozenset({"get_symm_buffer_for_mega_moe", "fp8_fp4_mega_moe"})
-    assert not api.refuses_legacy_env and api.legacy_env == ()
-    api = dga.api_from_source_dir(pkg, environ={"DG_USE_FP4_ACTS": "1", "DG_USE_MXF4_KIND": "0"})
-    assert api.legacy_env == ("DG_USE_FP4_ACTS",)
-
-
-def test_legacy_module_introspection(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pkg = _write_package(tmp_path, LEGACY_INIT.replace("from . import _C\n", ""), LEGACY_MEGA.replace("from .. import _C\n", ""), "0.1.9")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    saved = {m: mod for m, mod in sys.modules.items() if m == "deep_gemm" or m.startswith("deep_gemm.")}
-    for name in saved:
-        del sys.modules[name]
-    try:
-        import deep_gemm as legacy  # the fake tree, not the installed package
-
-        assert pathlib.Path(legacy.__file__).parent == pkg
-        api = dga.api_of_module(legacy, environ={})
-        assert api.flavour == "legacy_env" and not api.refuses_legacy_env
-    finally:
-        for name in [m for m in sys.modules if m == "deep_gemm" or m.startswith("deep_gemm.")]:
-            del sys.modules[name]
-        sys.modules.update(saved)
 
 
 def test_no_mega_and_absent(tmp_path: pathlib.Path) -> None:
@@ -128,14 +81,6 @@ def test_legacy_env_parsing() -> None:
     assert dga.legacy_env_set({"DG_USE_FP4_ACTS": "1", "DG_USE_MXF4_KIND": "yes"}) == dga.LEGACY_ENV_VARS
 
 
-def test_legacy_sglang_flags_are_reported_not_forwarded() -> None:
-    env = {"SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_FP4_ACTS": "1", "SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_MXF4_KIND": "false"}
-    before = dict(env)
-    assert dga.legacy_sglang_fp4_flags(env) == {"SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_FP4_ACTS": True}
-    assert env == before
-    assert dga.legacy_sglang_fp4_flags({}) == {}
-
-
 def test_importing_the_mega_modules_has_no_side_effects() -> None:
     """No deep_gemm / triton / sglang import, no CUDA init, no environment change at import time."""
     code = textwrap.dedent(
@@ -145,6 +90,7 @@ def test_importing_the_mega_modules_has_no_side_effects() -> None:
         import sglang_moe_plugins.deep_gemm_api, sglang_moe_plugins.ops.mega_moe
         import sglang_moe_plugins.ops.mega_moe_numerics, sglang_moe_plugins.plugins.mega_reference
         import sglang_moe_plugins.plugins.mega_deep_gemm, sglang_moe_plugins.plugins._mega_pre_dispatch_triton
+        import sglang_moe_plugins.plugins._mega_deep_gemm_launch
         import sglang_moe_plugins.integrations.mega_adapter
         import torch
         print(json.dumps({

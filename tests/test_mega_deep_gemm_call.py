@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 import torch
 
-from _mega_cases import API_LEGACY, make_problem
+from _mega_cases import API_MMA_TYPE, make_problem
 from sglang_moe_plugins.errors import InvalidArgumentError, KernelNotAvailableError
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
 from sglang_moe_plugins.ops import mega_moe_numerics as nm
+from sglang_moe_plugins.plugins import _mega_deep_gemm_launch as launch_mod
 from sglang_moe_plugins.plugins import mega_deep_gemm as mdg
 
 deep_gemm = pytest.importorskip("deep_gemm", reason="the real sgl-deep-gemm API (signatures) is needed")
@@ -61,7 +62,7 @@ def _fake_buffer(num_experts, num_max_tokens_per_rank, num_topk, hidden, interme
 class Recorder:
     """Replaces deep_gemm functions; every call is checked against the real signature."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, sm90: bool = False):
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, sm90: bool = False, host_buffer=None, host_context=None):
         self.calls: list[tuple[str, inspect.BoundArguments]] = []
         self.snapshots: dict[str, Any] = {}
         self.sm90 = sm90
@@ -71,7 +72,9 @@ class Recorder:
             monkeypatch.setattr(deep_gemm, name, self._wrap(name, getattr(deep_gemm, name)))
         monkeypatch.setattr(deep_gemm, "get_num_sms", lambda: self.num_sms)
         monkeypatch.setattr(deep_gemm, "set_num_sms", lambda n: setattr(self, "num_sms", n))
-        mdg.clear_buffer_cache()
+        # SGLang's helpers only when a test passes them (another test may have loaded SGLang's module)
+        monkeypatch.setattr(launch_mod, "host_helpers", lambda api: (host_buffer, host_context))
+        monkeypatch.setattr(launch_mod, "_buffers", {})
 
     def _wrap(self, name: str, real: Any) -> Any:
         signature = inspect.signature(real)
@@ -105,10 +108,10 @@ class Recorder:
         return [b for n, b in self.calls if n == name]
 
 
-def _run(plugin: mdg._MegaDeepGemmPlugin, problem, platform: Platform, pre_dispatch: str = "torch", host=None, num_tokens=None):
+def _run(plugin: mdg.MegaDeepGemmPlugin, problem, platform: Platform, pre_dispatch: str = "torch"):
     plugin.options = {"pre_dispatch": pre_dispatch}
     config = dataclasses.replace(problem.config, platform=platform)
-    inputs = dataclasses.replace(problem.inputs, ep_group=FakeGroup(), host=host)
+    inputs = dataclasses.replace(problem.inputs, ep_group=FakeGroup())
     assert plugin.supports(problem.shape, config), plugin.supports(problem.shape, config).reason
     outputs = mm.allocate_outputs(problem.shape, config, inputs.device, num_tokens=inputs.num_tokens)
     env_before = {k: v for k, v in os.environ.items() if k.startswith("DG_")}
@@ -135,8 +138,6 @@ def _assert_buffer(snapshot: dict, expected: SimpleNamespace) -> None:
 
 @pytest.mark.parametrize("shared", [False, True])
 def test_w4a8_calls_fp8_fp4_mega_moe_like_sglang(monkeypatch: pytest.MonkeyPatch, shared: bool) -> None:
-    rec = Recorder(monkeypatch)
-    problem = make_problem("fp8xfp4", rsf=2.5, shared=shared, seed=21)
     sms = []
 
     @contextlib.contextmanager
@@ -145,7 +146,9 @@ def test_w4a8_calls_fp8_fp4_mega_moe_like_sglang(monkeypatch: pytest.MonkeyPatch
         sms.append("enter")
         yield
 
-    inputs, outputs, config = _run(mdg.MegaW4A8Plugin(), problem, Platform.cuda(10, 0), host=mm.MegaHostHooks(num_sms_context=num_sms_context))
+    rec = Recorder(monkeypatch, host_context=num_sms_context)
+    problem = make_problem("fp8xfp4", rsf=2.5, shared=shared, seed=21)
+    inputs, outputs, config = _run(mdg.MegaW4A8Plugin(API_MMA_TYPE), problem, Platform.cuda(10, 0))
     (buffer_call,) = rec.named("get_symm_buffer_for_mega_moe")
     s = problem.shape
     assert buffer_call.arguments == {
@@ -157,11 +160,11 @@ def test_w4a8_calls_fp8_fp4_mega_moe_like_sglang(monkeypatch: pytest.MonkeyPatch
     a = kernel.arguments
     assert a["y"] is outputs.y and a["l1_weights"] is inputs.l1_weights and a["l2_weights"] is inputs.l2_weights
     assert a["sym_buffer"].mma_type == "fp8xfp4"
+    shared_kwargs = {"shared_l1_weights": inputs.shared_l1_weights, "shared_l2_weights": inputs.shared_l2_weights} if shared else {}
     assert {k: v for k, v in a.items() if k not in ("y", "l1_weights", "l2_weights", "sym_buffer")} == {
-        "shared_l1_weights": inputs.shared_l1_weights, "shared_l2_weights": inputs.shared_l2_weights,
-        "activation": "swiglu", "activation_clamp": 10.0, "fast_math": True, "recipe": (1, 1, 32),
+        **shared_kwargs, "activation": "swiglu", "activation_clamp": 10.0, "fast_math": True, "recipe": (1, 1, 32),
     }
-    assert sms == ["enter", "enter"]  # buffer creation and the kernel run inside the SM reservation
+    assert sms == ["enter"]  # buffer, pre-dispatch and kernel inside one SM reservation
     block_m = rec.named("get_block_m_for_mega_moe")
     if shared:
         (bm,) = block_m
@@ -176,19 +179,19 @@ def test_w4a8_calls_fp8_fp4_mega_moe_like_sglang(monkeypatch: pytest.MonkeyPatch
 def test_w4a4_uses_mxf4_buffer_and_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder(monkeypatch)
     problem = make_problem("mxf4xmxf4", rsf=1.5, seed=22)
-    inputs, outputs, _ = _run(mdg.MegaW4A4Plugin(), problem, Platform.cuda(10, 0))
+    inputs, outputs, _ = _run(mdg.MegaW4A4Plugin(API_MMA_TYPE), problem, Platform.cuda(10, 0))
     (buffer_call,) = rec.named("get_symm_buffer_for_mega_moe")
     assert buffer_call.arguments["mma_type"] == "mxf4xmxf4" and buffer_call.arguments["num_shared_experts"] == 0
     (kernel,) = rec.named("fp8_fp4_mega_moe")
     assert kernel.arguments["recipe"] == (1, 1, 32) and kernel.arguments["sym_buffer"].mma_type == "mxf4xmxf4"
-    assert kernel.arguments["shared_l1_weights"] is None
+    assert "shared_l1_weights" not in kernel.arguments
     _assert_buffer(rec.snapshots["buffer"], _expected_buffer(problem, "mxf4xmxf4", 1.5))
 
 
 def test_w4a4_host_pre_dispatch_is_deep_gemms(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder(monkeypatch)
     problem = make_problem("mxf4xmxf4", rsf=1.5, seed=23)
-    inputs, _, _ = _run(mdg.MegaW4A4Plugin(), problem, Platform.cuda(10, 0), pre_dispatch="host")
+    inputs, _, _ = _run(mdg.MegaW4A4Plugin(API_MMA_TYPE), problem, Platform.cuda(10, 0), pre_dispatch="host")
     (pd,) = rec.named("mega_moe_pre_dispatch")
     buf = rec.named("fp8_fp4_mega_moe")[0].arguments["sym_buffer"]
     a = pd.arguments
@@ -205,7 +208,7 @@ def test_w4a4_host_pre_dispatch_is_deep_gemms(monkeypatch: pytest.MonkeyPatch) -
 def test_sm90_calls_fp8_mega_moe(monkeypatch: pytest.MonkeyPatch, pre_dispatch: str) -> None:
     rec = Recorder(monkeypatch, sm90=True)
     problem = make_problem("sm90_fp8", rsf=2.5, seed=24)
-    inputs, outputs, _ = _run(mdg.MegaSm90Fp8Plugin(), problem, Platform.cuda(9, 0), pre_dispatch=pre_dispatch)
+    inputs, outputs, _ = _run(mdg.MegaSm90Fp8Plugin(API_MMA_TYPE), problem, Platform.cuda(9, 0), pre_dispatch=pre_dispatch)
     (buffer_call,) = rec.named("get_symm_buffer_for_mega_moe")
     # SGLang passes _mega_moe_mma_type(experts) == 'fp8xfp4'; DeepGEMM routes to its SM90 buffer on sm90
     assert {k: buffer_call.arguments[k] for k in ("num_shared_experts", "mma_type", "activation")} == {
@@ -230,15 +233,13 @@ def test_zero_tokens_still_runs_the_collective_kernel(monkeypatch: pytest.Monkey
     rec = Recorder(monkeypatch)
     problem = make_problem("fp8xfp4", tokens=0, seed=25)
     problem = dataclasses.replace(problem, inputs=dataclasses.replace(problem.inputs, topk_ids=None, topk_weights=None))
-    _, outputs, _ = _run(mdg.MegaW4A8Plugin(), problem, Platform.cuda(10, 0), host=mm.MegaHostHooks(num_sms_context=lambda dg: contextlib.nullcontext()))
+    _, outputs, _ = _run(mdg.MegaW4A8Plugin(API_MMA_TYPE), problem, Platform.cuda(10, 0))
     assert outputs.y.shape == (1, problem.shape.hidden)
     (kernel,) = rec.named("fp8_fp4_mega_moe")
     assert (rec.snapshots["buffer"]["topk_idx"] == -1).all() and (rec.snapshots["buffer"]["topk_weights"] == 0).all()
 
 
 def test_host_buffer_hook_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    rec = Recorder(monkeypatch)
-    problem = make_problem("fp8xfp4", seed=26)
     seen = []
 
     def host_buffer(group, *args, **kwargs):
@@ -247,8 +248,9 @@ def test_host_buffer_hook_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
         buf.group = group
         return buf
 
-    hooks = mm.MegaHostHooks(get_symm_buffer=host_buffer, num_sms_context=lambda dg: contextlib.nullcontext())
-    _run(mdg.MegaW4A8Plugin(), problem, Platform.cuda(10, 0), host=hooks)
+    rec = Recorder(monkeypatch, host_buffer=host_buffer, host_context=lambda dg: contextlib.nullcontext())
+    problem = make_problem("fp8xfp4", seed=26)
+    _run(mdg.MegaW4A8Plugin(API_MMA_TYPE), problem, Platform.cuda(10, 0))
     assert rec.named("get_symm_buffer_for_mega_moe") == []
     (group, args, kwargs) = seen[0]
     s = problem.shape
@@ -258,32 +260,55 @@ def test_host_buffer_hook_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_buffers_are_cached_per_layer_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder(monkeypatch)
-    hooks = mm.MegaHostHooks(num_sms_context=lambda dg: contextlib.nullcontext())
-    plugin = mdg.MegaW4A8Plugin()
+    plugin = mdg.MegaW4A8Plugin(API_MMA_TYPE)
     group = FakeGroup()
     for seed in (27, 28):
         problem = make_problem("fp8xfp4", seed=seed)
         problem = dataclasses.replace(problem, inputs=dataclasses.replace(problem.inputs, ep_group=group))
         plugin.options = {"pre_dispatch": "torch"}
         config = dataclasses.replace(problem.config, platform=Platform.cuda(10, 0))
-        inputs = dataclasses.replace(problem.inputs, host=hooks)
+        inputs = problem.inputs
         plugin.run(inputs, mm.allocate_outputs(problem.shape, config, inputs.device, num_tokens=inputs.num_tokens), problem.shape, config)
     assert len(rec.named("get_symm_buffer_for_mega_moe")) == 1 and len(rec.named("fp8_fp4_mega_moe")) == 2
 
 
-def test_legacy_api_buffer_call_has_no_mma_type(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_release_without_shared_experts_gets_no_shared_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sgl-deep-gemm 0.1.5.post1 (API_LEGACY): no num_shared_experts, no shared weights (its signatures lack them)."""
+    from _mega_cases import API_LEGACY
+
     rec = Recorder(monkeypatch)
-    problem = make_problem("fp8xfp4", seed=29, api=API_LEGACY)
-    _run(mdg.MegaW4A8Plugin(), problem, Platform.cuda(10, 0), host=mm.MegaHostHooks(num_sms_context=lambda dg: contextlib.nullcontext()))
+    problem = make_problem("fp8xfp4", seed=29)
+    _run(mdg.MegaW4A8Plugin(API_LEGACY), problem, Platform.cuda(10, 0))
     (buffer_call,) = rec.named("get_symm_buffer_for_mega_moe")
-    assert "mma_type" not in buffer_call.arguments and "num_shared_experts" not in buffer_call.arguments
-    assert buffer_call.arguments["activation"] == "swiglu"
+    assert {k: v for k, v in buffer_call.arguments.items() if k not in ("group",)} == {
+        "num_experts": problem.shape.num_experts, "num_max_tokens_per_rank": problem.shape.max_tokens_per_rank,
+        "num_topk": problem.shape.top_k, "hidden": problem.shape.hidden, "intermediate_hidden": problem.shape.intermediate,
+        "mma_type": "fp8xfp4", "activation": "swiglu"}
+    (kernel,) = rec.named("fp8_fp4_mega_moe")
+    assert set(kernel.arguments) == set(API_LEGACY.params("fp8_fp4_mega_moe")) - {"cumulative_local_expert_recv_stats"}
+
+
+def test_the_launch_is_prepared_once_per_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = Recorder(monkeypatch)
+    plugin = mdg.MegaSm90Fp8Plugin(API_MMA_TYPE)
+    plugin.options = {"pre_dispatch": "torch"}
+    prepared = []
+    real = plugin.prepare
+    monkeypatch.setattr(plugin, "prepare", lambda shape, config: prepared.append(shape) or real(shape, config))
+    group = FakeGroup()
+    for seed, tokens in ((31, 5), (32, 9), (33, 0)):
+        problem = make_problem("sm90_fp8", seed=seed, tokens=tokens)
+        config = dataclasses.replace(problem.config, platform=Platform.cuda(9, 0))
+        inputs = dataclasses.replace(problem.inputs, ep_group=group)
+        plugin.run(inputs, mm.allocate_outputs(problem.shape, config, inputs.device, num_tokens=tokens), problem.shape, config)
+    assert len(prepared) == 1  # the token count is not part of the key
+    assert len(rec.named("get_symm_buffer_for_mega_moe")) == 1 and len(rec.named("fp8_mega_moe")) == 3
 
 
 def test_run_errors_name_the_argument(monkeypatch: pytest.MonkeyPatch) -> None:
     Recorder(monkeypatch)
     problem = make_problem("fp8xfp4", seed=30)
-    plugin = mdg.MegaW4A8Plugin()
+    plugin = mdg.MegaW4A8Plugin(API_MMA_TYPE)
     plugin.options = {"pre_dispatch": "torch"}
     config = dataclasses.replace(problem.config, platform=Platform.cuda(10, 0))
     outputs = mm.allocate_outputs(problem.shape, config, torch.device("cpu"), num_tokens=problem.inputs.num_tokens)

@@ -20,7 +20,7 @@ PLUGINS = ("mega_w4a4", "mega_w4a8", "mega_sm90_fp8", "mega_reference")
 
 
 def _selector(pre_dispatch: str = "auto") -> Selector:
-    plugins = [MegaW4A8Plugin(), MegaW4A4Plugin(), MegaSm90Fp8Plugin(), MegaReferencePlugin()]
+    plugins = [MegaW4A8Plugin(API_MMA_TYPE), MegaW4A4Plugin(API_MMA_TYPE), MegaSm90Fp8Plugin(API_MMA_TYPE), MegaReferencePlugin()]
     registry = Registry.from_plugins(plugins)
     for record in registry.records(mm.OP):
         if "pre_dispatch" in getattr(record.plugin, "options", {}):
@@ -98,7 +98,7 @@ def _check(plugin, shape, config) -> str:
 
 def test_each_shape_rule_has_its_own_reason() -> None:
     shape, config = model_key(MODELS[0], "fp8xfp4", SM100)
-    w4a8, w4a4, sm90 = MegaW4A8Plugin(), MegaW4A4Plugin(), MegaSm90Fp8Plugin()
+    w4a8, w4a4, sm90 = MegaW4A8Plugin(API_MMA_TYPE), MegaW4A4Plugin(API_MMA_TYPE), MegaSm90Fp8Plugin(API_MMA_TYPE)
     for p in (w4a8, w4a4, sm90):
         p.options = {"pre_dispatch": "torch"}
     assert "hidden_size=4352 is not a multiple of 512" in _check(w4a8, dataclasses.replace(shape, hidden=4352), config)
@@ -117,38 +117,62 @@ def test_each_shape_rule_has_its_own_reason() -> None:
     assert "sm120" in _check(w4a8, shape, with_platform(config, Platform.cuda(12, 0)))
 
 
+def _plugin(cls, api, pre_dispatch: str = "torch"):
+    plugin = cls(api)
+    plugin.options = {"pre_dispatch": pre_dispatch}
+    return plugin
+
+
 def test_api_reasons() -> None:
     shape, config = model_key(MODELS[0], "fp8xfp4", SM100)
-    w4a8, w4a4 = MegaW4A8Plugin(), MegaW4A4Plugin()
-    for p in (w4a8, w4a4):
-        p.options = {"pre_dispatch": "torch"}
-    assert "sgl-deep-gemm is not installed" in _check(w4a8, shape, dataclasses.replace(config, deep_gemm=API_ABSENT))
-    no_fp4 = dataclasses.replace(API_MMA_TYPE, functions=frozenset({"get_symm_buffer_for_mega_moe"}))
-    assert "lacks deep_gemm.fp8_fp4_mega_moe" in _check(w4a8, shape, dataclasses.replace(config, deep_gemm=no_fp4))
-    # the older env-var API: W4A8 still works (FP8 activations are its default) ...
-    legacy = dataclasses.replace(config, deep_gemm=API_LEGACY)
-    assert w4a8.supports(dataclasses.replace(shape, num_shared_experts=0), legacy)
-    assert "takes no num_shared_experts" in _check(w4a8, shape, legacy)
+    assert "sgl-deep-gemm is not installed" in _check(_plugin(MegaW4A8Plugin, API_ABSENT), shape, config)
+    no_fp4 = dataclasses.replace(API_MMA_TYPE, signatures=API_MMA_TYPE.signatures[:1])
+    assert "lacks deep_gemm.fp8_fp4_mega_moe" in _check(_plugin(MegaW4A8Plugin, no_fp4), shape, config)
+    # 0.1.5.post1: W4A8 works without shared experts (FP8 activations are its default) ...
+    w4a8_legacy = _plugin(MegaW4A8Plugin, API_LEGACY)
+    no_shared = dataclasses.replace(shape, num_shared_experts=0)
+    assert w4a8_legacy.supports(no_shared, config)
+    reason = _check(w4a8_legacy, shape, config)
+    assert "takes no num_shared_experts" in reason and "0.1.7+" in reason and "0.1.5.post1" in reason
     # ... W4A4 would need the process-wide DG_USE_* variables, which we never set
-    w4a4_key = (dataclasses.replace(shape, num_shared_experts=0), dataclasses.replace(config, variant="mxf4xmxf4", deep_gemm=API_LEGACY))
-    reason = _check(w4a4, *w4a4_key)
-    assert "DG_USE_FP4_ACTS" in reason and "never sets" in reason and "mma_type" in reason
+    w4a4_key = (no_shared, dataclasses.replace(config, variant="mxf4xmxf4"))
+    reason = _check(_plugin(MegaW4A4Plugin, API_LEGACY), *w4a4_key)
+    assert "DG_USE_FP4_ACTS" in reason and "never sets" in reason and "mma_type='mxf4xmxf4'" in reason
+    # ... and SM90 runs there, with DeepGEMM's own pre-dispatch too
+    sm90_key = (no_shared, dataclasses.replace(config, platform=SM90, variant="sm90_fp8", weight_format="fp8_e4m3_block128"))
+    assert _plugin(MegaSm90Fp8Plugin, API_LEGACY, "host").supports(*sm90_key)
     # a DG_USE_* variable set in the environment
     refused = dataclasses.replace(API_MMA_TYPE, legacy_env=("DG_USE_FP4_ACTS",))
-    assert "raises RuntimeError" in _check(w4a8, shape, dataclasses.replace(config, deep_gemm=refused))
+    assert "raises RuntimeError" in _check(_plugin(MegaW4A8Plugin, refused), shape, config)
+    assert _plugin(MegaSm90Fp8Plugin, refused).supports(*sm90_key)  # the SM90 buffer has no FP4 activations
     legacy_set = dataclasses.replace(API_LEGACY, legacy_env=("DG_USE_FP4_ACTS",))
-    no_shared = dataclasses.replace(shape, num_shared_experts=0)
-    assert "lays the buffer out for FP4 activations" in _check(w4a8, no_shared, dataclasses.replace(config, deep_gemm=legacy_set))
+    assert "lays the buffer out for FP4 activations" in _check(_plugin(MegaW4A8Plugin, legacy_set), no_shared, config)
+
+
+def test_variants_table_keeps_names_priorities_and_entry_points() -> None:
+    from importlib import metadata
+
+    from sglang_moe_plugins.plugins import mega_deep_gemm as mdg
+
+    assert [(v.name, v.priority, v.variant, v.kernel) for v in mdg.VARIANTS] == [
+        ("mega_w4a8", 100, "fp8xfp4", "fp8_fp4_mega_moe"), ("mega_w4a4", 110, "mxf4xmxf4", "fp8_fp4_mega_moe"),
+        ("mega_sm90_fp8", 100, "sm90_fp8", "fp8_mega_moe")]
+    for cls, v in ((MegaW4A8Plugin, mdg.W4A8), (MegaW4A4Plugin, mdg.W4A4), (MegaSm90Fp8Plugin, mdg.SM90_FP8)):
+        assert (cls.name, cls.priority, cls.variant) == (v.name, v.priority, v)
+    points = {ep.name: ep.value for ep in metadata.entry_points(group="sglang_moe_plugins.kernels")}
+    assert points["mega_w4a8"] == "sglang_moe_plugins.plugins.mega_deep_gemm:MegaW4A8Plugin"
+    assert points["mega_w4a4"] == "sglang_moe_plugins.plugins.mega_deep_gemm:MegaW4A4Plugin"
+    assert points["mega_sm90_fp8"] == "sglang_moe_plugins.plugins.mega_deep_gemm:MegaSm90Fp8Plugin"
 
 
 def test_pre_dispatch_option_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
     shape, config = model_key(MODELS[1], "mxf4xmxf4", SM100)
-    w4a4 = MegaW4A4Plugin()
+    w4a4 = MegaW4A4Plugin(API_MMA_TYPE)
     w4a4.options = {"pre_dispatch": "fast"}
     assert "pre_dispatch='fast' is not one of" in _check(w4a4, shape, config)
+    no_host = dataclasses.replace(API_MMA_TYPE, signatures=tuple(x for x in API_MMA_TYPE.signatures if x[0] != "mega_moe_pre_dispatch"))
+    assert "needs deep_gemm.mega_moe_pre_dispatch" in _check(_plugin(MegaW4A4Plugin, no_host, "host"), shape, config)
     w4a4.options = {"pre_dispatch": "host"}
-    no_host = dataclasses.replace(API_MMA_TYPE, functions=API_MMA_TYPE.functions - {"mega_moe_pre_dispatch"})
-    assert "needs deep_gemm.mega_moe_pre_dispatch" in _check(w4a4, shape, dataclasses.replace(config, deep_gemm=no_host))
     import sglang_moe_plugins.plugins.mega_deep_gemm as mdg
 
     monkeypatch.setattr(mdg, "triton_available", lambda: False)

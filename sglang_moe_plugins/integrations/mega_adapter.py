@@ -14,35 +14,41 @@ The contract for the hook (an AROUND hook on
 ``build_call`` takes exactly the host function's arguments (``hidden_size``, ``intermediate_size``,
 ``top_k``, ``num_tokens``, ``activation_clamp``, ``routed_scaling_factor``, ``activation``,
 ``num_shared_experts``, ``shared_l1_weights``, ``shared_l2_weights``, ``routing_in_buffer``, all
-keyword-only in SGLang) and returns ``None`` -- the call must go to the original function unchanged --
-when this package does not model it:
+keyword-only in SGLang) and returns ``None`` -- the call goes to the original function unchanged,
+logged once -- when this package does not model it:
 
 - ``routing_in_buffer=True`` (SGLang's mega gate already wrote routing, maybe the input, into the buffer);
 - NVFP4 experts (``experts._mega_moe_nvfp4``), an activation other than ``"swiglu"``, experts whose
-  MegaMoE weights are not built, SGLang's AMD FlyDSL path;
-- a keyword argument this version does not know (a newer SGLang), or a missing required one;
-- arguments the op rejects (``describe`` raises InvalidArgumentError; logged once at WARNING) --
-  this includes ``num_tokens`` above SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK, which the
-  original then reports with its own message.
+  MegaMoE weights are not built or lack an attribute the op reads, SGLang's AMD FlyDSL path;
+- a keyword argument this version does not know (a newer SGLang), or a missing required one.
 
-Otherwise it returns a :class:`MegaCall`: ``inputs``/``shape``/``config`` for the op, and
-``allocate_outputs()`` (``y`` of ``max(num_tokens, 1)`` rows, as the host allocates it) and
-``result(outputs)`` (``y[:num_tokens]``, the host's return value). It reads only metadata (no
-device sync), so it is safe under CUDA graph capture, and every rank builds the same shape/config.
+Arguments the op rejects raise :class:`~sglang_moe_plugins.errors.InvalidArgumentError` (argument,
+value, what is allowed), ``num_tokens`` above SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK
+included. Otherwise it returns a :class:`MegaCall`: ``inputs``/``shape``/``config`` for the op,
+``allocate_outputs()`` (``y`` of ``max(num_tokens, 1)`` rows, as the host allocates it),
+``result(outputs)`` (``y[:num_tokens]``, the host's return value) and ``plan``.
+
+**Bound once per layer.** What depends only on the layer and its call flags (validation of the
+weights, shape, config, the process group) is computed the first time and kept in a :class:`MegaPlan`,
+keyed by a cheap tuple of the raw arguments (the experts object, the flags, dtypes, devices; never
+the token count); a hit checks the weights are still the same objects and the token count's
+consequences (``topk`` shapes, the cap), and builds the inputs. The cache holds at most
+:data:`MAX_PLANS` plans (then it is cleared, with one warning). SGLang's settings (the token cap, the
+AMD path, the process group's accessor) are read once per process, at the first call (:func:`reset`
+forgets them). Reads only metadata (no device sync): safe under CUDA graph capture, and every rank
+builds the same shape and config.
 
 The variant comes from the weights the host built: ``experts._mega_moe_sm90_fp8_weights`` ->
-``sm90_fp8``; ``experts._mega_moe_w4a4`` -> ``mxf4xmxf4``; otherwise ``fp8xfp4``. The process
-group, SGLang's buffer cache (``_get_mega_moe_symm_buffer``) and SM reservation
-(``_configure_mega_moe_deep_gemm_num_sms``) are passed as host hooks, resolved lazily.
+``sm90_fp8``; ``experts._mega_moe_w4a4`` -> ``mxf4xmxf4``; otherwise ``fp8xfp4``.
 """
 
 from __future__ import annotations
 
-import functools
+import importlib
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -50,7 +56,17 @@ import torch
 from ..errors import InvalidArgumentError
 from ..ops import mega_moe as mm
 
-__all__ = ["MegaCall", "build_call", "HOST_FUNCTION", "KNOWN_KWARGS", "REQUIRED_KWARGS", "variant_of"]
+__all__ = [
+    "MegaCall",
+    "MegaPlan",
+    "build_call",
+    "reset",
+    "HOST_FUNCTION",
+    "KNOWN_KWARGS",
+    "REQUIRED_KWARGS",
+    "MAX_PLANS",
+    "variant_of",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -68,19 +84,95 @@ KNOWN_KWARGS = REQUIRED_KWARGS | frozenset(
         "routing_in_buffer",
     }
 )
-_DEFAULT_MAX_TOKENS_PER_RANK = 8192  # SGLang 0.5.23's default for the variable below
+#: Plans kept at most (layers x call flags); past it the cache is cleared, with one warning.
+MAX_PLANS = 4096
 _CAP_ENV = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK"
 
+_lock = threading.Lock()
+_plans: dict[tuple, "MegaPlan"] = {}
+_settings: "_Settings | None" = None
 _logged: set[str] = set()
-_logged_lock = threading.Lock()
 
 
 def _log_once(key: str, level: int, message: str, *args: Any) -> None:
-    with _logged_lock:
-        if key in _logged:
+    with _lock:
+        if key in _logged or len(_logged) > 256:
             return
         _logged.add(key)
     logger.log(level, message, *args)
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """SGLang's process-wide settings, read once."""
+
+    max_tokens_per_rank: int
+    amd_flydsl: bool
+
+
+def _read_settings() -> _Settings:
+    try:
+        from sglang.srt.environ import envs  # noqa: PLC0415 - once per process
+
+        cap = int(envs.SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK.get())
+    except Exception:  # noqa: BLE001 - outside SGLang: the variable or the default
+        try:
+            cap = int(os.environ.get(_CAP_ENV, mm.DEFAULT_MAX_TOKENS_PER_RANK))
+        except ValueError:
+            cap = mm.DEFAULT_MAX_TOKENS_PER_RANK
+    try:
+        host = importlib.import_module("sglang.srt.layers.moe.mega_moe")
+        amd = bool(host._use_amd_flydsl_mega_moe())
+    except Exception:  # noqa: BLE001
+        amd = False
+    return _Settings(cap, amd)
+
+
+def _get_settings() -> _Settings:
+    global _settings
+    settings = _settings
+    if settings is None:
+        settings = _read_settings()
+        with _lock:
+            _settings = settings
+    return settings
+
+
+def _ep_group() -> Any:
+    """SGLang's expert-parallel device group, or None outside SGLang's runtime context."""
+    try:
+        from sglang.srt.runtime_context import get_parallel  # noqa: PLC0415 - once per plan
+
+        return get_parallel().moe_ep_group.device_group
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def reset() -> None:
+    """Forget every plan and the settings read from SGLang (tests; a changed environment)."""
+    global _settings
+    with _lock:
+        _plans.clear()
+        _settings = None
+        _logged.clear()
+
+
+@dataclass(frozen=True, eq=False)
+class MegaPlan:
+    """What every call of one layer with the same flags shares, computed once."""
+
+    shape: mm.MegaMoEShape
+    config: mm.MegaMoEConfig
+    l1_weights: tuple[torch.Tensor, torch.Tensor] = field(repr=False)
+    l2_weights: tuple[torch.Tensor, torch.Tensor] = field(repr=False)
+    shared_l1_weights: tuple[torch.Tensor, torch.Tensor] | None = field(repr=False)
+    shared_l2_weights: tuple[torch.Tensor, torch.Tensor] | None = field(repr=False)
+    ep_group: Any
+    #: The objects ``experts.mega_l1_weights`` / ``mega_l2_weights`` were (a hit checks identity).
+    sources: tuple[Any, Any] = field(repr=False)
+    device: torch.device
+    #: Free for the hook (e.g. its bound op), so that a hit hashes no shape or config.
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,19 +180,27 @@ class MegaCall:
     """One host call, as the op sees it."""
 
     inputs: mm.MegaMoEInputs
-    shape: mm.MegaMoEShape
-    config: mm.MegaMoEConfig
+    plan: MegaPlan
+
+    @property
+    def shape(self) -> mm.MegaMoEShape:
+        return self.plan.shape
+
+    @property
+    def config(self) -> mm.MegaMoEConfig:
+        return self.plan.config
 
     @property
     def num_tokens(self) -> int:
-        return self.inputs.num_tokens
+        return self.inputs.hidden_states.shape[0]
 
     def allocate_outputs(self) -> mm.MegaMoEOutputs:
-        return mm.allocate_outputs(self.shape, self.config, self.inputs.device, num_tokens=self.num_tokens)
+        rows = max(self.inputs.hidden_states.shape[0], 1)
+        return mm.MegaMoEOutputs(torch.empty((rows, self.plan.shape.hidden), dtype=torch.bfloat16, device=self.plan.device))
 
     def result(self, outputs: mm.MegaMoEOutputs) -> torch.Tensor:
         """The host's return value: ``y[:num_tokens]``."""
-        return outputs.y[: self.num_tokens]
+        return outputs.y[: self.inputs.hidden_states.shape[0]]
 
 
 def variant_of(experts: Any) -> str | None:
@@ -112,43 +212,82 @@ def variant_of(experts: Any) -> str | None:
     return "mxf4xmxf4" if getattr(experts, "_mega_moe_w4a4", False) else "fp8xfp4"
 
 
-def _max_tokens_per_rank() -> int:
-    try:
-        from sglang.srt.environ import envs  # noqa: PLC0415
-
-        return int(envs.SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK.get())
-    except Exception:  # noqa: BLE001 - outside SGLang: the variable or the default
-        try:
-            return int(os.environ.get(_CAP_ENV, _DEFAULT_MAX_TOKENS_PER_RANK))
-        except ValueError:
-            return _DEFAULT_MAX_TOKENS_PER_RANK
-
-
-def _uses_amd_flydsl() -> bool:
-    try:
-        from sglang.srt.layers.moe import mega_moe as host  # noqa: PLC0415
-
-        return bool(host._use_amd_flydsl_mega_moe())
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def _ep_group() -> Any:
-    from sglang.srt.runtime_context import get_parallel  # noqa: PLC0415
-
-    return get_parallel().moe_ep_group.device_group
+def _unmodelled(experts: Any, kwargs: dict[str, Any], settings: _Settings) -> str | None:
+    """Why the call is left to the host (logged once), or None when the op models it."""
+    unknown = set(kwargs) - KNOWN_KWARGS
+    if unknown:
+        return f"keyword arguments {sorted(unknown)} this version does not model"
+    missing = REQUIRED_KWARGS - set(kwargs)
+    if missing:
+        return f"called without {sorted(missing)}"
+    if kwargs.get("routing_in_buffer", False):
+        return "routing_in_buffer=True (mega gate)"
+    activation = kwargs.get("activation", "swiglu")
+    variant = variant_of(experts)
+    if variant is None or activation not in mm.ACTIVATIONS:
+        return f"{'NVFP4' if variant is None else variant} experts with activation={activation!r}"
+    if not getattr(experts, "_mega_moe_weights_built", False):
+        return "the experts' MegaMoE weights are not built"
+    if settings.amd_flydsl:
+        return "SGLang's AMD FlyDSL MegaMoE path"
+    return None
 
 
-@functools.lru_cache(maxsize=1)
-def _host_hooks() -> mm.MegaHostHooks | None:
-    try:
-        from sglang.srt.layers.moe import mega_moe as host  # noqa: PLC0415
-    except Exception:  # noqa: BLE001
-        return None
-    return mm.MegaHostHooks(
-        get_symm_buffer=getattr(host, "_get_mega_moe_symm_buffer", None),
-        num_sms_context=getattr(host, "_configure_mega_moe_deep_gemm_num_sms", None),
+def _plan(experts: Any, hidden_states: torch.Tensor, topk_ids: Any, topk_weights: Any, kwargs: dict[str, Any],
+          settings: _Settings) -> MegaPlan:
+    """Validate everything (``describe``) and keep what the layer's calls share."""
+    l1, l2 = experts.mega_l1_weights, experts.mega_l2_weights
+    shape, config = mm.describe(
+        hidden_states, topk_ids, topk_weights,
+        l1_weights=l1, l2_weights=l2,
+        variant=variant_of(experts), num_experts=experts.num_experts,  # type: ignore[arg-type]
+        hidden_size=kwargs["hidden_size"], intermediate_size=kwargs["intermediate_size"], top_k=kwargs["top_k"],
+        activation_clamp=kwargs.get("activation_clamp"),
+        routed_scaling_factor=kwargs.get("routed_scaling_factor", 1.0),
+        activation=kwargs.get("activation", "swiglu"),
+        num_shared_experts=kwargs.get("num_shared_experts", 0),
+        shared_l1_weights=kwargs.get("shared_l1_weights"),
+        shared_l2_weights=kwargs.get("shared_l2_weights"),
+        ep_size=int(getattr(experts, "moe_ep_size", 1) or 1),
+        max_tokens_per_rank=settings.max_tokens_per_rank,
     )
+    s1, s2 = kwargs.get("shared_l1_weights"), kwargs.get("shared_l2_weights")
+    return MegaPlan(
+        shape, config, tuple(l1), tuple(l2), None if s1 is None else tuple(s1), None if s2 is None else tuple(s2),
+        _ep_group(), (l1, l2), hidden_states.device,
+    )
+
+
+def _key(experts: Any, hidden_states: torch.Tensor, topk_ids: Any, topk_weights: Any, kwargs: dict[str, Any]) -> tuple:
+    get = kwargs.get
+    return (
+        id(experts), tuple(kwargs), kwargs["hidden_size"], kwargs["intermediate_size"], kwargs["top_k"],
+        get("activation_clamp"), get("routed_scaling_factor", 1.0), get("activation", "swiglu"),
+        get("num_shared_experts", 0), id(get("shared_l1_weights")), id(get("shared_l2_weights")),
+        hidden_states.dtype, hidden_states.device,
+        None if topk_ids is None else topk_ids.dtype, None if topk_weights is None else topk_weights.dtype,
+    )
+
+
+def _fits(plan: MegaPlan, experts: Any, hidden_states: torch.Tensor, topk_ids: Any, topk_weights: Any, num_tokens: Any) -> bool:
+    """The batch-dependent checks of ``describe`` on a plan hit (False: re-validate in full)."""
+    if experts.mega_l1_weights is not plan.sources[0] or experts.mega_l2_weights is not plan.sources[1]:
+        return False
+    shape = plan.shape
+    size = hidden_states.shape
+    if len(size) != 2 or size[1] != shape.hidden:
+        return False
+    tokens = size[0]
+    if num_tokens != tokens or tokens > shape.max_tokens_per_rank:
+        return False
+    if topk_ids is None or topk_weights is None:
+        return tokens == 0 and topk_ids is None and topk_weights is None
+    want = (tokens, shape.top_k)
+    if topk_ids.shape != want or topk_weights.shape != want:
+        return False
+    if tokens and hidden_states.stride(1) != 1:
+        return False
+    return topk_ids.device == plan.device and topk_weights.device == plan.device
 
 
 def build_call(
@@ -158,62 +297,42 @@ def build_call(
     topk_weights: torch.Tensor | None,
     **kwargs: Any,
 ) -> MegaCall | None:
-    """The op call for a ``run_mega_routed_experts`` call, or None to run the original unchanged."""
-    unknown = set(kwargs) - KNOWN_KWARGS
-    if unknown:
-        _log_once(f"unknown:{sorted(unknown)}", logging.WARNING,
-                  "sglang-moe-plugins: %s got keyword arguments %s this version does not model; leaving MegaMoE to SGLang",
-                  HOST_FUNCTION, sorted(unknown))
-        return None
-    missing = REQUIRED_KWARGS - set(kwargs)
-    if missing:
-        _log_once(f"missing:{sorted(missing)}", logging.WARNING,
-                  "sglang-moe-plugins: %s called without %s; leaving MegaMoE to SGLang", HOST_FUNCTION, sorted(missing))
-        return None
-    if kwargs.get("routing_in_buffer", False):
-        _log_once("routing_in_buffer", logging.INFO,
-                  "sglang-moe-plugins: MegaMoE calls with routing_in_buffer=True (mega gate) stay with SGLang")
-        return None
-    activation = kwargs.get("activation", "swiglu")
-    variant = variant_of(experts)
-    if variant is None or activation not in mm.ACTIVATIONS:
-        _log_once(f"unmodelled:{variant}:{activation}", logging.INFO,
-                  "sglang-moe-plugins: MegaMoE with %s experts and activation=%r stays with SGLang",
-                  "NVFP4" if variant is None else variant, activation)
-        return None
-    if not getattr(experts, "_mega_moe_weights_built", False) or _uses_amd_flydsl():
-        return None
-    if not isinstance(hidden_states, torch.Tensor) or kwargs["num_tokens"] != hidden_states.shape[0]:
-        return None
+    """The op call for a ``run_mega_routed_experts`` call, or None to run the original unchanged.
+
+    Raises InvalidArgumentError for arguments the op rejects.
+    """
+    settings = _settings if _settings is not None else _get_settings()
     try:
-        shape, config = mm.describe(
-            hidden_states, topk_ids, topk_weights,
-            l1_weights=experts.mega_l1_weights, l2_weights=experts.mega_l2_weights,
-            variant=variant, num_experts=experts.num_experts,
-            hidden_size=kwargs["hidden_size"], intermediate_size=kwargs["intermediate_size"], top_k=kwargs["top_k"],
-            activation_clamp=kwargs.get("activation_clamp"),
-            routed_scaling_factor=kwargs.get("routed_scaling_factor", 1.0),
-            activation=activation,
-            num_shared_experts=kwargs.get("num_shared_experts", 0),
-            shared_l1_weights=kwargs.get("shared_l1_weights"),
-            shared_l2_weights=kwargs.get("shared_l2_weights"),
-            ep_size=int(getattr(experts, "moe_ep_size", 1) or 1),
-            max_tokens_per_rank=_max_tokens_per_rank(),
-        )
-    except (InvalidArgumentError, AttributeError) as exc:
-        _log_once(f"invalid:{type(exc).__name__}:{exc}", logging.WARNING,
-                  "sglang-moe-plugins: MegaMoE call left to SGLang: %s", exc)
-        return None
+        key = _key(experts, hidden_states, topk_ids, topk_weights, kwargs)
+    except (KeyError, AttributeError, TypeError):
+        key = None
+    plan = _plans.get(key) if key is not None else None
+    num_tokens = kwargs.get("num_tokens")
+    if plan is None or not _fits(plan, experts, hidden_states, topk_ids, topk_weights, num_tokens):
+        why = _unmodelled(experts, kwargs, settings)
+        if why is not None:
+            _log_once(f"unmodelled:{why}", logging.INFO, "sglang-moe-plugins: MegaMoE call left to SGLang: %s", why)
+            return None
+        if isinstance(hidden_states, torch.Tensor) and num_tokens != hidden_states.shape[0]:
+            raise InvalidArgumentError(mm.OP, "num_tokens", num_tokens, f"hidden_states.shape[0] = {hidden_states.shape[0]}")
+        try:
+            plan = _plan(experts, hidden_states, topk_ids, topk_weights, kwargs, settings)
+        except AttributeError as exc:
+            _log_once(f"attribute:{exc}", logging.WARNING, "sglang-moe-plugins: MegaMoE call left to SGLang: experts lack %s", exc)
+            return None
+        if key is not None:
+            with _lock:
+                if len(_plans) >= MAX_PLANS:
+                    _plans.clear()
+                    full = True
+                else:
+                    full = False
+                _plans[key] = plan
+            if full:
+                _log_once("plans-full", logging.WARNING,
+                          "sglang-moe-plugins: more than %d MegaMoE layer plans; cache cleared (ever-changing arguments?)", MAX_PLANS)
     inputs = mm.MegaMoEInputs(
-        hidden_states=hidden_states,
-        topk_ids=topk_ids,
-        topk_weights=topk_weights,
-        l1_weights=tuple(experts.mega_l1_weights),
-        l2_weights=tuple(experts.mega_l2_weights),
-        shared_l1_weights=kwargs.get("shared_l1_weights"),
-        shared_l2_weights=kwargs.get("shared_l2_weights"),
-        ep_group=_ep_group,
-        experts=experts,
-        host=_host_hooks(),
+        hidden_states, topk_ids, topk_weights, plan.l1_weights, plan.l2_weights,
+        plan.shared_l1_weights, plan.shared_l2_weights, plan.ep_group,
     )
-    return MegaCall(inputs, shape, config)
+    return MegaCall(inputs, plan)

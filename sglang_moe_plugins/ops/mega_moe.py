@@ -15,20 +15,24 @@ sm90_fp8     FP8 e4m3, per-128 fp32        FP8 e4m3, 128x128 block fp32       fp
 NVFP4 (``nvfp4xnvfp4``) calls are not modelled by this op: the integration leaves them to SGLang.
 
 The shape holds what decides support and is the same for every batch (never the token count); the
-config holds the numerics, the platform and the installed sgl-deep-gemm API. Both are hashable and
-built by :func:`describe` from metadata only (no tensor data read, no device sync), so every rank of
-an expert-parallel group selects the same plugin, which the collective DeepGEMM kernel requires.
+config holds the numerics, the weights' layout and the platform. Both are hashable and built by
+:func:`describe` from metadata only (no tensor data read, no device sync), so every rank of an
+expert-parallel group selects the same plugin, which the collective DeepGEMM kernel requires.
+
+The op is backend-neutral: its types name no kernel library and carry no host object. The inputs are
+tensors, plain values and the expert-parallel ``torch.distributed`` process group; what a backend
+needs besides (DeepGEMM's API, its symmetric buffer, SGLang's helpers) lives in that backend's plugins.
+A plugin for this op can be written with torch alone (tests/test_mega_third_party.py).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 
-from ..deep_gemm_api import DeepGemmApi, detect_deep_gemm_api
 from ..errors import InvalidArgumentError, OutputValidationError
 from ..hardware import Platform, platform_of
 from .base import OpSpec
@@ -38,11 +42,11 @@ __all__ = [
     "VARIANTS",
     "WEIGHT_FORMATS",
     "ACTIVATIONS",
+    "DEFAULT_MAX_TOKENS_PER_RANK",
     "Variant",
     "WeightFormat",
     "MegaMoEShape",
     "MegaMoEConfig",
-    "MegaHostHooks",
     "MegaMoEInputs",
     "MegaMoEOutputs",
     "describe",
@@ -60,6 +64,9 @@ Variant = Literal["fp8xfp4", "mxf4xmxf4", "sm90_fp8"]
 WEIGHT_FORMATS = ("fp4_e2m1_ue8m0_g32", "fp8_e4m3_block128")
 WeightFormat = Literal["fp4_e2m1_ue8m0_g32", "fp8_e4m3_block128"]
 ACTIVATIONS = ("swiglu",)
+#: Tokens per rank the host's buffers hold when SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK
+#: is unset (SGLang 0.5.23's default).
+DEFAULT_MAX_TOKENS_PER_RANK = 8192
 
 _FP4_DTYPES = (torch.int8, torch.uint8)
 
@@ -78,7 +85,7 @@ class MegaMoEShape:
     top_k: int  # experts per token, incl. fused shared-expert slots
     num_shared_experts: int = 0  # shared experts computed inside the DeepGEMM kernel
     ep_size: int = 1
-    max_tokens_per_rank: int = 8192  # SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK
+    max_tokens_per_rank: int = DEFAULT_MAX_TOKENS_PER_RANK  # SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK
 
     @property
     def num_local_experts(self) -> int:
@@ -93,7 +100,7 @@ class MegaMoEShape:
 
 @dataclass(frozen=True)
 class MegaMoEConfig:
-    """Numerics, weight layout, platform and DeepGEMM API of a MegaMoE call. Hashable."""
+    """Numerics, weight layout and platform of a MegaMoE call. Hashable; names no kernel library."""
 
     platform: Platform = Platform()
     variant: Variant = "fp8xfp4"
@@ -104,12 +111,6 @@ class MegaMoEConfig:
     #: Multiplies the top-k weights (in fp32) before dispatch. The host passes 1.0 when the
     #: factor is already fused into the router's weights.
     routed_scaling_factor: float = 1.0
-    deep_gemm: DeepGemmApi = field(default_factory=lambda: DeepGemmApi("absent"))
-
-    @property
-    def mma_type(self) -> str:
-        """The sgl-deep-gemm ``mma_type`` SGLang passes for this variant (SM90 buffers included)."""
-        return "mxf4xmxf4" if self.variant == "mxf4xmxf4" else "fp8xfp4"
 
     def describe(self) -> str:
         parts = [str(self.platform), self.variant, self.weight_format]
@@ -117,27 +118,12 @@ class MegaMoEConfig:
             parts.append(f"clamp={self.activation_clamp:g}")
         if self.routed_scaling_factor != 1.0:
             parts.append(f"rsf={self.routed_scaling_factor:g}")
-        parts.append(self.deep_gemm.describe())
         return " ".join(parts)
-
-
-@dataclass(frozen=True)
-class MegaHostHooks:
-    """The host's own helpers, when the call comes from SGLang (all optional).
-
-    ``get_symm_buffer(group, num_experts, num_max_tokens_per_rank, num_topk, hidden,
-    intermediate_hidden, num_shared_experts=0, *, mma_type, activation)``: SGLang's cached
-    ``_get_mega_moe_symm_buffer`` (shares the buffer with SGLang's mega gate and saves memory).
-    ``num_sms_context(deep_gemm)``: SGLang's ``_configure_mega_moe_deep_gemm_num_sms``.
-    """
-
-    get_symm_buffer: Callable[..., Any] | None = None
-    num_sms_context: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True, eq=False)
 class MegaMoEInputs:
-    """Tensors and host objects of one call. ``topk_ids``/``topk_weights`` may be None when T == 0."""
+    """Tensors and plain values of one call. ``topk_ids``/``topk_weights`` may be None when T == 0."""
 
     hidden_states: torch.Tensor  # [T, hidden] bf16
     topk_ids: torch.Tensor | None  # [T, top_k] integer; -1 = no expert
@@ -146,11 +132,9 @@ class MegaMoEInputs:
     l2_weights: tuple[torch.Tensor, torch.Tensor]  # experts.mega_l2_weights
     shared_l1_weights: tuple[torch.Tensor, torch.Tensor] | None = None
     shared_l2_weights: tuple[torch.Tensor, torch.Tensor] | None = None
-    #: The expert-parallel process group, or a zero-argument callable returning it (resolved only
-    #: by plugins that need it), or None outside a distributed run.
+    #: The expert-parallel ``torch.distributed`` process group (what a collective kernel runs over),
+    #: or None outside a distributed run.
     ep_group: Any = None
-    experts: Any = None  # the host's experts module, for plugins that need more of it
-    host: MegaHostHooks | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -159,10 +143,6 @@ class MegaMoEInputs:
     @property
     def device(self) -> torch.device:
         return self.hidden_states.device
-
-    def resolve_ep_group(self) -> Any:
-        group = self.ep_group
-        return group() if callable(group) and not hasattr(group, "size") else group
 
 
 @dataclass(frozen=True, eq=False)
@@ -231,13 +211,9 @@ def describe(
     shared_l1_weights: tuple[torch.Tensor, torch.Tensor] | None = None,
     shared_l2_weights: tuple[torch.Tensor, torch.Tensor] | None = None,
     ep_size: int = 1,
-    max_tokens_per_rank: int = 8192,
-    deep_gemm_api: DeepGemmApi | None = None,
+    max_tokens_per_rank: int = DEFAULT_MAX_TOKENS_PER_RANK,
 ) -> tuple[MegaMoEShape, MegaMoEConfig]:
-    """Validate a call's arguments and build its shape and config (metadata only, no sync).
-
-    ``deep_gemm_api`` defaults to :func:`~sglang_moe_plugins.deep_gemm_api.detect_deep_gemm_api`.
-    """
+    """Validate a call's arguments and build its shape and config (metadata only, no sync)."""
     hidden = _check_int("hidden_size", hidden_size, 2)
     inter = _check_int("intermediate_size", intermediate_size, 1)
     top_k = _check_int("top_k", top_k, 1)
@@ -333,7 +309,6 @@ def describe(
         activation=activation,
         activation_clamp=activation_clamp,
         routed_scaling_factor=float(routed_scaling_factor),
-        deep_gemm=deep_gemm_api if deep_gemm_api is not None else detect_deep_gemm_api(),
     )
     return shape, config
 

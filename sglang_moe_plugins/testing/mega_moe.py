@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from ..catalog import ModelSpec, load_catalog
-from ..deep_gemm_api import DeepGemmApi, detect_deep_gemm_api
 from ..errors import InvalidArgumentError, OutputValidationError
 from ..hardware import Platform
 from ..ops import mega_moe as mm
@@ -80,7 +79,7 @@ PREFILL_TOKENS = 32
 #: Weight elements (local experts x 3 x intermediate x hidden) a run case may hold, CPU / CUDA.
 DEFAULT_CPU_WEIGHT_BUDGET = 1 << 23
 DEFAULT_CUDA_WEIGHT_BUDGET = 1 << 25  # inputs are built on the CPU, then moved
-_CATALOG_TOKENS_CAP = 8192  # SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK default
+_CATALOG_TOKENS_CAP = mm.DEFAULT_MAX_TOKENS_PER_RANK
 _SMALL_TOKENS_CAP = 64
 
 
@@ -137,14 +136,10 @@ def make_problem(
     shared: bool = False,
     device: str | torch.device = "cpu",
     seed: int = 0,
-    api: DeepGemmApi | None = None,
     routing: str = "random",
     max_tokens_per_rank: int = _SMALL_TOKENS_CAP,
 ) -> MegaProblem:
-    """A seeded random call: bf16 tokens, fp32 weights encoded as the host builds them (CPU, then moved).
-
-    ``api`` defaults to the installed sgl-deep-gemm's (:func:`detect_deep_gemm_api`).
-    """
+    """A seeded random call: bf16 tokens, fp32 weights encoded as the host builds them (CPU, then moved)."""
     gen = torch.Generator().manual_seed(seed)
     x = (torch.randn(tokens, hidden, generator=gen) * 2.0).to(torch.bfloat16)
     w1f = torch.randn(experts, 2 * inter, hidden, generator=gen) * 0.08
@@ -179,7 +174,7 @@ def make_problem(
         variant=variant, num_experts=experts, hidden_size=hidden, intermediate_size=inter, top_k=top_k,
         activation_clamp=clamp, routed_scaling_factor=rsf,
         num_shared_experts=1 if shared else 0, shared_l1_weights=shared_l1, shared_l2_weights=shared_l2,
-        max_tokens_per_rank=max_tokens_per_rank, deep_gemm_api=api if api is not None else detect_deep_gemm_api(),
+        max_tokens_per_rank=max_tokens_per_rank,
     )
     inputs = mm.MegaMoEInputs(
         hidden_states=to(x), topk_ids=to(ids), topk_weights=to(weights),
@@ -282,7 +277,7 @@ def _parse_batch(text: str) -> tuple[int, str]:
     return int(tokens.removeprefix("T=")), routing or "random"
 
 
-def _random_case(rng: random.Random, platform: Platform, api: DeepGemmApi, budget: int) -> tuple[mm.MegaMoEShape, mm.MegaMoEConfig, str]:
+def _random_case(rng: random.Random, platform: Platform, budget: int) -> tuple[mm.MegaMoEShape, mm.MegaMoEConfig, str]:
     variant = rng.choice(mm.VARIANTS)
     hidden = 128 * rng.randint(1, 8) if rng.random() < 0.5 else 512
     inter = 128 * rng.randint(1, 6) if rng.random() < 0.5 else rng.choice((256, 512))
@@ -296,7 +291,7 @@ def _random_case(rng: random.Random, platform: Platform, api: DeepGemmApi, budge
     rsf = rng.choice((1.0, 1.0, 2.5, round(rng.uniform(0.1, 4.0), 3)))
     shape = mm.MegaMoEShape(experts, hidden, inter, top_k, 1 if shared else 0, 1, _SMALL_TOKENS_CAP)
     config = mm.MegaMoEConfig(platform, variant, _weight_format(variant), activation_clamp=clamp,  # type: ignore[arg-type]
-                              routed_scaling_factor=rsf, deep_gemm=api)
+                              routed_scaling_factor=rsf)
     return shape, config, _batch(tokens, rng.choice(ROUTINGS))
 
 
@@ -311,7 +306,6 @@ class MegaMoEConformance:
     max_cpu_catalog_runs = 3
 
     def cases(self, options: "SuiteOptions", platform: Platform, seed: int) -> Sequence[SuiteCase]:
-        api = detect_deep_gemm_api()
         budget = weight_budget(options, platform)
         drawn: list[SuiteCase] = []
         counter = iter(range(1, 1 << 30))
@@ -323,7 +317,7 @@ class MegaMoEConformance:
 
         def config_for(variant: str, clamp: float | None = 10.0, rsf: float = 1.0) -> mm.MegaMoEConfig:
             return mm.MegaMoEConfig(platform, variant, _weight_format(variant), activation_clamp=clamp,  # type: ignore[arg-type]
-                                    routed_scaling_factor=rsf, deep_gemm=api)
+                                    routed_scaling_factor=rsf)
 
         if options.catalog:
             for model in _models(options, load_catalog()):
@@ -375,7 +369,7 @@ class MegaMoEConformance:
                     add(f"{label} {variant}", "edge", shape, config, batch, note=why)
         rng = random.Random(seed)
         for index in range(options.random_cases):
-            shape, config, batch = _random_case(rng, platform, api, budget)
+            shape, config, batch = _random_case(rng, platform, budget)
             add(f"random #{index} (seed {seed})", "random", shape, config, batch)
         return drawn
 
@@ -388,7 +382,7 @@ class MegaMoEConformance:
         problem = make_problem(
             config.variant, experts=shape.num_experts, hidden=shape.hidden, inter=shape.intermediate, tokens=tokens,
             top_k=shape.top_k, clamp=config.activation_clamp, rsf=config.routed_scaling_factor,
-            shared=shape.num_shared_experts == 1, device=device, seed=case.seed, api=config.deep_gemm, routing=routing,
+            shared=shape.num_shared_experts == 1, device=device, seed=case.seed, routing=routing,
             max_tokens_per_rank=shape.max_tokens_per_rank,
         )
         if problem.shape != shape or problem.config != config:

@@ -1,0 +1,125 @@
+"""Eager host time of one SM90 MegaMoE call: DeepGEMM's calls made directly vs the same calls through
+``mega_sm90_fp8`` (its prepared launch) and through the hook's path (``mega_adapter.build_call`` +
+``dispatch``). One H200, a process group of one rank, sgl-deep-gemm 0.1.5.post1 (or any 0.1.4.post1+).
+
+    NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \\
+        python benchmarks/mega_call_overhead.py [--tokens 32] [--experts 8 --hidden 1024 --inter 512 --topk 2]
+
+Prints the median of 5 x 1000 back-to-back calls per path (host time: the loop synchronizes once at
+its end), every path with ``pre_dispatch="host"`` (DeepGEMM's ``mega_moe_pre_dispatch_sm90``), and
+the difference to the direct calls. Target (issue #12): the hooked call at most 10 us above direct.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+import types
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sglang_moe_plugins.integrations import mega_adapter as ma  # noqa: E402
+from sglang_moe_plugins.ops import mega_moe as mm  # noqa: E402
+from sglang_moe_plugins.plugins.mega_deep_gemm import MegaSm90Fp8Plugin  # noqa: E402
+from sglang_moe_plugins.registry import Registry  # noqa: E402
+from sglang_moe_plugins.selection import Selector  # noqa: E402
+from sglang_moe_plugins.testing.mega_moe import make_problem  # noqa: E402
+
+
+def _time(fn, calls: int = 1000, rounds: int = 5) -> float:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--experts", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--inter", type=int, default=512)
+    parser.add_argument("--topk", type=int, default=2)
+    args = parser.parse_args()
+    torch.cuda.set_device(0)
+    torch.distributed.init_process_group("nccl", init_method="tcp://127.0.0.1:29533", rank=0, world_size=1,
+                                         device_id=torch.device("cuda:0"))
+    group = torch.distributed.group.WORLD
+    import deep_gemm
+
+    p = make_problem("sm90_fp8", experts=args.experts, hidden=args.hidden, inter=args.inter, tokens=args.tokens,
+                     top_k=args.topk, device="cuda", seed=1, max_tokens_per_rank=max(args.tokens, 64))
+    inputs = dataclasses.replace(p.inputs, ep_group=group)
+    shape, config, t = p.shape, p.config, args.tokens
+
+    # (a) DeepGEMM directly, as SGLang's run_sm90_mega_routed makes the calls (buffer cached once)
+    buf = deep_gemm.get_symm_buffer_for_mega_moe(group, shape.num_experts, shape.max_tokens_per_rank, shape.top_k,
+                                                 shape.hidden, shape.intermediate, mma_type="fp8xfp4", activation="swiglu")
+
+    def direct() -> torch.Tensor:
+        out = torch.empty((max(t, 1), shape.hidden), dtype=torch.bfloat16, device="cuda")
+        ids, w = inputs.topk_ids.to(torch.int32), inputs.topk_weights.to(torch.float32)
+        deep_gemm.mega_moe_pre_dispatch_sm90(inputs.hidden_states, ids, w, buf.x, buf.x_sf, buf.topk_idx, buf.topk_weights,
+                                             num_tokens=t, group_size=128, routed_scaling_factor=config.routed_scaling_factor)
+        deep_gemm.fp8_mega_moe(out, inputs.l1_weights, inputs.l2_weights, buf, recipe=(128, 128, 128), activation="swiglu",
+                               activation_clamp=config.activation_clamp, fast_math=True)
+        return out
+
+    # (b) the plugin's prepared launch
+    plugin = MegaSm90Fp8Plugin()
+    plugin.options = {"pre_dispatch": "host"}
+    assert plugin.supports(shape, config), plugin.supports(shape, config).reason
+    launch = plugin.prepare(shape, config)
+
+    def prepared() -> torch.Tensor:
+        out = mm.MegaMoEOutputs(torch.empty((max(t, 1), shape.hidden), dtype=torch.bfloat16, device="cuda"))
+        launch(inputs, out)
+        return out.y
+
+    # (c) the hook's path: build_call (planned once per layer) + the selector's dispatch
+    experts = types.SimpleNamespace(_mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=False,
+                                    _mega_moe_sm90_fp8_weights=True, num_experts=shape.num_experts, moe_ep_size=1,
+                                    mega_l1_weights=inputs.l1_weights, mega_l2_weights=inputs.l2_weights)
+    kwargs = dict(hidden_size=shape.hidden, intermediate_size=shape.intermediate, top_k=shape.top_k, num_tokens=t,
+                  activation_clamp=config.activation_clamp, routed_scaling_factor=config.routed_scaling_factor,
+                  activation="swiglu", num_shared_experts=0, shared_l1_weights=None, shared_l2_weights=None,
+                  routing_in_buffer=False)
+    ma._ep_group = lambda: group  # SGLang's runtime context is absent here
+    ma._settings = ma._Settings(shape.max_tokens_per_rank, False)
+    selector = Selector(Registry.from_plugins([plugin]))
+
+    def hooked() -> torch.Tensor:
+        call = ma.build_call(experts, inputs.hidden_states, inputs.topk_ids, inputs.topk_weights, **kwargs)
+        outputs = selector.dispatch(mm.OP, call.inputs, call.shape, call.config, outputs=call.allocate_outputs())
+        return call.result(outputs)
+
+    want = direct()[:t].clone()
+    # the same DeepGEMM calls: y equal to the direct one (up to the kernel's own run-to-run order, if any)
+    same = {name: (fn()[:t].float() - want.float()).abs().max().item() if t else 0.0 for name, fn in (("prepared", prepared), ("hooked", hooked))}
+    torch.cuda.synchronize()
+    results = {"shape": shape.describe(), "tokens": t, "deep_gemm": getattr(deep_gemm, "__version__", "?"),
+               "max_abs_diff_to_direct": same, "rows_finite": bool(torch.isfinite(want).all())}
+    for name, fn in (("direct", direct), ("prepared", prepared), ("hooked", hooked)):
+        results[f"{name}_us"] = round(_time(fn), 2)
+    results["prepared_minus_direct_us"] = round(results["prepared_us"] - results["direct_us"], 2)
+    results["hooked_minus_direct_us"] = round(results["hooked_us"] - results["direct_us"], 2)
+    print(json.dumps(results, indent=1))
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
