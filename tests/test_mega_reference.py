@@ -9,6 +9,8 @@ import torch
 from _mega_cases import Problem, make_problem
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
+from sglang_moe_plugins.ops import mega_moe_numerics as nm
+from sglang_moe_plugins.ops.mega_moe_sm90_numerics import SM90_EXACT, Sm90Numerics
 from sglang_moe_plugins.plugins.mega_reference import MegaReferencePlugin
 
 dgm = pytest.importorskip("deep_gemm.utils.math", reason="sgl-deep-gemm's torch references quantize x independently")
@@ -30,8 +32,8 @@ def _pow2_ceil_of_fp32_product(amax: np.ndarray, factor: float) -> np.ndarray:
 
 def _requant_fp64(a: torch.Tensor, variant: str) -> torch.Tensor:
     """The kernel's L1-epilogue quantization, written independently in fp64 / numpy."""
-    if variant == "sm90_fp8":
-        g = a.reshape(-1, 128)
+    if variant == "sm90_fp8":  # sm90_fp8_mega_moe.cuh: kL2ActsSFGranK = 64, continuous fp32 scales
+        g = a.reshape(-1, 64)
         amax = g.abs().amax(-1).clamp_min(1e-10).numpy()
         scale = torch.from_numpy((amax.astype(np.float32) * np.float32(1.0 / 448.0)).astype(np.float64))
         inv = (1.0 / scale.float()).double()
@@ -101,10 +103,13 @@ def independent_fp64(p: Problem) -> torch.Tensor:
     return out.to(torch.bfloat16).double()
 
 
-def _run_reference(p: Problem) -> torch.Tensor:
+def _run_reference(p: Problem, sm90: Sm90Numerics | None = None) -> torch.Tensor:
     out = mm.allocate_outputs(p.shape, p.config, p.inputs.device, num_tokens=p.inputs.num_tokens)
     out.y.fill_(float("nan"))
-    MegaReferencePlugin().run(p.inputs, out, p.shape, p.config)
+    if sm90 is None:
+        MegaReferencePlugin().run(p.inputs, out, p.shape, p.config)
+    else:
+        nm.mega_moe_reference(p.inputs, out, p.shape, p.config, sm90=sm90)
     return out.y
 
 
@@ -123,7 +128,9 @@ def _run_reference(p: Problem) -> torch.Tensor:
 def test_reference_matches_independent_fp64(variant: str, clamp, rsf: float, shared: bool, seed: int) -> None:
     seed = seed * 1000 + int(torch.randint(0, 1000, ()).item())  # fresh inputs every run, reproducible from the id
     p = make_problem(variant, clamp=clamp, rsf=rsf, shared=shared, seed=seed, tokens=10, top_k=3)
-    y = _run_reference(p).double()
+    # SM90: exact GEMM sums here (the fp64 computation has no tensor-core accumulator); the
+    # accumulator model is checked on its own below.
+    y = _run_reference(p, SM90_EXACT if variant == "sm90_fp8" else None).double()
     assert not torch.isnan(y).any()
     ref = independent_fp64(p)
     rel = ((y - ref).norm() / ref.norm()).item()
