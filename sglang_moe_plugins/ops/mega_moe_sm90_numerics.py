@@ -88,7 +88,13 @@ SM90_EXACT = Sm90Numerics()
 
 
 def sm90_block_m(num_tokens: int, num_ranks: int, top_k: int, num_experts: int) -> int:
-    """``BLOCK_M`` of DeepGEMM's SM90 MegaMoE heuristic (``get_block_config_for_mega_moe_sm90``)."""
+    """``BLOCK_M`` of DeepGEMM's SM90 MegaMoE heuristic (``get_block_config_for_mega_moe_sm90``).
+
+    The sgl-deep-gemm wheels ship no host source; the revisions of that function in
+    sgl-project/DeepGEMM agree on the switch at 64 expected tokens per expert on H100/H200 but not on
+    whether exactly 64 takes ``BLOCK_M = 128`` (``>=`` in some, ``>`` in others; H20 uses other
+    thresholds). This follows ``>=``; the GPU tests keep away from exactly 64.
+    """
     expected = num_tokens * num_ranks * top_k / num_experts
     return 128 if expected >= 64.0 else 64
 
