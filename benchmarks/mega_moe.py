@@ -170,7 +170,7 @@ def bench_case(group, name: str, tokens: int) -> dict[str, Any]:
     for path, fn in paths.items():
         try:
             issue, wall = eager_us(fn)
-            row[path] = {"gpu_us": round(gpu_us(fn) if path != "plugin_torch" else float("nan"), 2),
+            row[path] = {"gpu_us": round(gpu_us(fn), 2) if path != "plugin_torch" else None,
                          "eager_issue_us": round(issue, 1), "eager_wall_us": round(wall, 1)}
         except Exception as exc:  # noqa: BLE001
             row[path] = {"error": f"{type(exc).__name__}: {exc}"}
@@ -188,7 +188,7 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         cells = []
         for p in paths:
             v = r.get(p, {})
-            cells.append("error" if "error" in v or not v else f"{v['gpu_us']} / {v['eager_issue_us']}")
+            cells.append("error" if "error" in v or not v else f"{v['gpu_us'] if v['gpu_us'] is not None else '-'} / {v['eager_issue_us']}")
         lines.append(f"| {r['shape']} | {r['T']} | " + " | ".join(cells) + " |")
     lines += ["", "`plugin_torch` is timed eagerly only (the torch pre-dispatch is the reference, not a fast path).",
               "`unfused` = L1 grouped GEMM + Triton silu_mul_quant + L2 grouped GEMM, no dispatch / weights / combine."]
