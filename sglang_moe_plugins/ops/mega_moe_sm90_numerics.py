@@ -105,11 +105,16 @@ def sm90_numerics_for(num_tokens: int, num_ranks: int, top_k: int, num_experts: 
     return Sm90Numerics(accumulation="reuse" if reuse else "promote")
 
 
+def _pow2(exponent: torch.Tensor) -> torch.Tensor:
+    """Exact fp64 ``2 ** exponent`` (integer tensor in [-1022, 1023]) from the bits (no pow/exp2 rounding)."""
+    return ((exponent.to(torch.int64) + 1023) << 52).view(torch.float64)
+
+
 def truncate_significand(x: torch.Tensor, fraction_bits: int) -> torch.Tensor:
     """``x`` (fp64) truncated toward zero to ``1 + fraction_bits`` significant bits."""
-    mantissa, exponent = torch.frexp(x)  # x = m * 2**e, |m| in [0.5, 1)
+    mantissa, exponent = torch.frexp(x)  # x = m * 2**e, |m| in [0.5, 1); frexp(0) = (0, 0)
     bits = fraction_bits + 1
-    return torch.ldexp(torch.trunc(torch.ldexp(mantissa, torch.full_like(exponent, bits))), exponent - bits)
+    return torch.trunc(mantissa * float(2**bits)) * _pow2(exponent - bits)
 
 
 def sm90_block_gemm(

@@ -16,7 +16,7 @@ the experts' FP8 weights (every rank draws the same global weights from one seed
   experts; each expert's rows with the kernel configuration of the rank that owns the expert) per case
   and per row within ``mega_sm90_common.CASE_RTOL`` / ``ROW_RTOL``.
 
-``--inject-failure-rank R``: on rank R the chosen plugin's ``run`` raises ``RuntimeError`` before
+``--inject-failure-rank R`` (or ``MEGA_EP2_FAIL_RANK=R``): on rank R the chosen plugin's ``run`` raises ``RuntimeError`` before
 the kernel. What must happen: the op never falls back per rank (collective), so the error is raised
 on rank R, which exits 1; the other rank has launched the kernel, which spins on the cross-rank
 barrier. It must not wait forever: torchrun's agent stops the remaining worker once one fails, the
@@ -94,7 +94,9 @@ def _inject_failure(plugin) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=pathlib.Path, default=None)
-    parser.add_argument("--inject-failure-rank", type=int, default=None)
+    env_rank = os.environ.get("MEGA_EP2_FAIL_RANK")
+    parser.add_argument("--inject-failure-rank", type=int, default=int(env_rank) if env_rank else None,
+                        help="make the chosen plugin raise on this rank (default: $MEGA_EP2_FAIL_RANK)")
     parser.add_argument("--pg-timeout-s", type=int, default=60)
     parser.add_argument("--deadline-s", type=int, default=300)
     args = parser.parse_args()
