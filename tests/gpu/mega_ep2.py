@@ -110,6 +110,8 @@ def main() -> int:
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local), timeout=datetime.timedelta(seconds=args.pg_timeout_s))
     group = dist.group.WORLD
+    if args.inject_failure_rank == rank:  # before any selection, so no bound launch predates it
+        _inject_failure(api.get_registry().get("mega_sm90_fp8").plugin)
     results = []
     t_start = time.time()
     for label, experts, hidden, inter, top_k, tokens, clamp in CASES:
@@ -124,8 +126,6 @@ def main() -> int:
         names = [None] * world
         dist.all_gather_object(names, chosen)
         same = len(set(names)) == 1 and names[0] == "mega_sm90_fp8"
-        if args.inject_failure_rank == rank and selection.plugin is not None:
-            _inject_failure(selection.plugin)
         out = poisoned_outputs(case)
         status = "ok"
         try:
