@@ -205,7 +205,7 @@ def _sm90_expert_forward(xq: torch.Tensor, xs: torch.Tensor, weight: torch.Tenso
 
 
 def sm90_reference_slots(inputs: MegaMoEInputs, shape: MegaMoEShape, config: MegaMoEConfig, weights: torch.Tensor,
-                    numerics: Sm90Numerics) -> torch.Tensor:
+                         numerics: Sm90Numerics) -> torch.Tensor:
     """bf16-rounded per-slot rows ``[T, top_k, H]`` (fp32) of the SM90 kernel."""
     num_tokens = inputs.num_tokens
     x = inputs.hidden_states
