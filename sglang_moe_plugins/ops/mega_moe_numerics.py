@@ -26,7 +26,7 @@ Weight layouts (what ``experts.mega_l1_weights`` / ``mega_l2_weights`` hold afte
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
@@ -43,6 +43,9 @@ from ..quant import (
     unpack_e2m1,
 )
 from .mega_moe import MegaMoEConfig, MegaMoEInputs, MegaMoEOutputs, MegaMoEShape
+
+if TYPE_CHECKING:
+    from .mega_moe_sm90_numerics import Sm90Numerics
 
 __all__ = [
     "ActFormat",
@@ -418,13 +421,8 @@ def _swiglu(h: torch.Tensor, config: MegaMoEConfig, weight: torch.Tensor) -> tor
 
 
 def _requantize(act: torch.Tensor, config: MegaMoEConfig) -> torch.Tensor:
-    """Quantize the L2 input as the DeepGEMM epilogue does and return its dequantized value."""
+    """Quantize the L2 input as the SM100 DeepGEMM epilogues do and return its dequantized value."""
     rows, cols = act.shape
-    if config.variant == "sm90_fp8":
-        grouped = act.reshape(rows, cols // 128, 128)
-        scale = grouped.abs().amax(-1).clamp_min(1e-10) * torch.tensor(1.0 / 448.0, dtype=torch.float32, device=act.device)
-        q = (grouped * (torch.ones_like(scale) / scale).unsqueeze(-1)).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
-        return (q.float() * scale.unsqueeze(-1)).reshape(rows, cols)
     grouped = act.reshape(rows, cols // 32, 32)
     finfo = 6.0 if config.variant == "mxf4xmxf4" else FP8_E4M3_MAX
     scaled = grouped.abs().amax(-1) * torch.tensor(1.0 / finfo, dtype=torch.float32, device=act.device)
@@ -439,34 +437,53 @@ def _requantize(act: torch.Tensor, config: MegaMoEConfig) -> torch.Tensor:
     return (deq * sf.unsqueeze(-1)).reshape(rows, cols)
 
 
-def mega_moe_reference(inputs: MegaMoEInputs, outputs: MegaMoEOutputs, shape: MegaMoEShape, config: MegaMoEConfig) -> None:
+def mega_moe_reference(inputs: MegaMoEInputs, outputs: MegaMoEOutputs, shape: MegaMoEShape, config: MegaMoEConfig,
+                       *, sm90: Sm90Numerics | None = None) -> None:
     """Emulate the chosen variant end to end; writes ``outputs.y[:T]`` (needs all experts' weights).
 
-    Steps: quantize x as the pre-dispatch does; dequantize weights; per (token, slot) with a valid
-    expert: L1 (exact products, fp64 sum), SwiGLU with clamp (bf16 on SM100, fp32 on SM90) times the
-    top-k weight (times routed_scaling_factor, fp32); requantize as the kernel's L1 epilogue; L2;
-    round each expert's row to bf16; sum in fp32 (then the fused shared expert, weight 1) -> bf16.
+    Steps: quantize x as the pre-dispatch does; per (token, slot) with a valid expert: L1, SwiGLU
+    with clamp (bf16 on SM100, fp32 on SM90) times the top-k weight (times routed_scaling_factor,
+    fp32); requantize as the kernel's L1 epilogue (SM100: per 32, UE8M0; SM90: per 64, fp32
+    scales); L2; round each slot's row to bf16; sum the slots in slot order in fp32 (then the fused
+    shared expert, weight 1) -> bf16, as the kernels' combine does.
+
+    SM100: exact GEMMs (fp64 sums of the dequantized operands). SM90: the GEMMs as the kernel
+    accumulates them (:mod:`.mega_moe_sm90_numerics`); ``sm90`` overrides the configuration that
+    DeepGEMM's heuristic picks for this call (:func:`~.mega_moe_sm90_numerics.sm90_numerics_for` with ``shape.ep_size`` ranks
+    and this call's tokens; pass it explicitly for a whole-problem reference under EP).
     """
     num_tokens = inputs.num_tokens
     if num_tokens == 0:
         return
     x = inputs.hidden_states
+    weights = inputs.topk_weights.to(torch.float32)
+    if config.routed_scaling_factor != 1.0:
+        weights = weights * config.routed_scaling_factor
+    if config.variant == "sm90_fp8":
+        from .mega_moe_sm90_numerics import sm90_numerics_for, sm90_reference_slots
+
+        numerics = sm90 if sm90 is not None else sm90_numerics_for(num_tokens, shape.ep_size, shape.top_k, shape.num_experts)
+        slots = sm90_reference_slots(inputs, shape, config, weights, numerics)
+        acc = torch.zeros((num_tokens, shape.hidden), dtype=torch.float32, device=x.device)
+        for slot in range(shape.top_k):
+            acc += slots[:, slot]
+        outputs.y[:num_tokens] = acc.to(torch.bfloat16)
+        return
     q, scales = quantize_activations(x, config.variant)
     xq = dequantize_activations(q, scales, config.variant)
     w1, w2 = decode_expert_weights(inputs, config)
     ids = inputs.topk_ids.to(torch.int64)
-    weights = inputs.topk_weights.to(torch.float32)
-    if config.routed_scaling_factor != 1.0:
-        weights = weights * config.routed_scaling_factor
+    slots = torch.zeros((num_tokens, shape.top_k, shape.hidden), dtype=torch.float32, device=x.device)
+    for expert in torch.unique(ids).tolist():
+        if expert < 0 or expert >= w1.shape[0]:
+            continue
+        tok, slot = (ids == expert).nonzero(as_tuple=True)
+        h = _matmul(xq[tok], w1[expert])
+        act = _requantize(_swiglu(h, config, weights[tok, slot]), config)
+        slots[tok, slot] = _matmul(act, w2[expert]).to(torch.bfloat16).float()
     acc = torch.zeros((num_tokens, shape.hidden), dtype=torch.float32, device=x.device)
     for slot in range(shape.top_k):
-        for expert in torch.unique(ids[:, slot]).tolist():
-            if expert < 0 or expert >= w1.shape[0]:
-                continue
-            rows = (ids[:, slot] == expert).nonzero(as_tuple=True)[0]
-            h = _matmul(xq[rows], w1[expert])
-            act = _requantize(_swiglu(h, config, weights[rows, slot]), config)
-            acc[rows] += _matmul(act, w2[expert]).to(torch.bfloat16).float()
+        acc += slots[:, slot]
     if inputs.shared_l1_weights is not None:
         s1 = decode_fp8_shared_weights(*inputs.shared_l1_weights, interleave="gran8")
         s2 = decode_fp8_shared_weights(*inputs.shared_l2_weights, interleave=None)
