@@ -26,7 +26,6 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
 
 import torch  # noqa: E402
 
-from sglang_moe_plugins.deep_gemm_api import detect_deep_gemm_api  # noqa: E402
 from sglang_moe_plugins.ops import mega_moe as mm  # noqa: E402
 from sglang_moe_plugins.ops import mega_moe_numerics as nm  # noqa: E402
 from sglang_moe_plugins.ops.mega_moe_sm90_numerics import Sm90Numerics  # noqa: E402
@@ -126,7 +125,7 @@ def build_case(group: Any, *, experts: int, hidden: int, inter: int, top_k: int,
     shape, config = mm.describe(
         x, ids, weights, l1_weights=l1, l2_weights=l2, variant="sm90_fp8", num_experts=experts,
         hidden_size=hidden, intermediate_size=inter, top_k=top_k, activation_clamp=clamp, routed_scaling_factor=rsf,
-        max_tokens_per_rank=max_tokens, ep_size=ep_size, deep_gemm_api=detect_deep_gemm_api(),
+        max_tokens_per_rank=max_tokens, ep_size=ep_size,
     )
     inputs = mm.MegaMoEInputs(hidden_states=x, topk_ids=ids, topk_weights=weights, l1_weights=l1, l2_weights=l2, ep_group=group)
     return Sm90Case(inputs, shape, config, label or f"E={experts} H={hidden} I={inter} k={top_k} T={tokens} {routing}")
