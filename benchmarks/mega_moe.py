@@ -59,10 +59,12 @@ def _versions() -> dict[str, Any]:
 
 
 def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-    except Exception:  # noqa: BLE001
-        return os.environ.get("GIT_COMMIT", "unknown")
+    """``$SGLANG_MOE_PLUGINS_COMMIT``, else ``$GIT_COMMIT``, else the tree's git HEAD: a copied tree's
+    ``.git`` may be an older base than the files (the 2026-12-01 run recorded its base commit)."""
+    from sglang_moe_plugins.bench.provenance import COMMIT_ENV, source_commit
+
+    given = os.environ.get(COMMIT_ENV, "").strip() or os.environ.get("GIT_COMMIT", "").strip()
+    return given or source_commit(ROOT)
 
 
 def _driver() -> str:

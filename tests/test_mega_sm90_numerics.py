@@ -13,6 +13,7 @@ from sglang_moe_plugins.ops import mega_moe as mm
 from sglang_moe_plugins.ops import mega_moe_numerics as nm
 from sglang_moe_plugins.ops.mega_moe_sm90_numerics import (
     Sm90Numerics,
+    _aligned_step,
     sm90_block_gemm,
     sm90_block_m,
     sm90_numerics_for,
@@ -26,6 +27,17 @@ def _trunc_scalar(v: float, fraction_bits: int) -> float:
     m, e = math.frexp(v)
     scale = 2.0 ** (fraction_bits + 1)
     return math.ldexp(math.trunc(m * scale) / scale, e)
+
+
+def _aligned_terms_scalar(terms: list[float], fraction_bits: int) -> float:
+    """The ``terms`` step: each addend truncated toward zero to a multiple of 2**(top - fraction_bits),
+    top = the largest addend's leading bit, then summed exactly."""
+    biggest = max(abs(t) for t in terms)
+    if biggest == 0.0:
+        return 0.0
+    top = math.frexp(biggest)[1] - 1  # 2**top <= biggest < 2**(top + 1)
+    ulp = math.ldexp(1.0, top - fraction_bits)
+    return math.fsum(math.trunc(t / ulp) * ulp for t in terms)
 
 
 def _f32(v: float) -> float:
@@ -46,7 +58,10 @@ def _scalar_gemm_entry(a, sa, b, sb, i, j, block_k, numerics, ratio) -> float:
             acc = out if blk == 0 else _f32(out * _f32(1.0 / s))
         for step in range(block_k // numerics.mma_k):
             lo = blk * block_k + step * numerics.mma_k
-            acc = _trunc_scalar(acc + math.fsum(a[i][t] * b[j][t] for t in range(lo, lo + numerics.mma_k)), numerics.fraction_bits)
+            if numerics.alignment == "terms":
+                acc = _aligned_terms_scalar([acc] + [a[i][t] * b[j][t] for t in range(lo, lo + numerics.mma_k)], numerics.fraction_bits)
+            else:
+                acc = _trunc_scalar(acc + math.fsum(a[i][t] * b[j][t] for t in range(lo, lo + numerics.mma_k)), numerics.fraction_bits)
         if numerics.accumulation == "promote":
             out = _f32(out + _f32(s * _f32(acc)))
         elif ratio:
@@ -63,22 +78,38 @@ def _fp8(shape, gen) -> torch.Tensor:
     return (torch.randn(shape, generator=gen) * 60).clamp(-448, 448).to(torch.float8_e4m3fn).float()
 
 
+@pytest.mark.parametrize("alignment", ["sum", "terms"])
 @pytest.mark.parametrize("accumulation", ["promote", "reuse"])
 @pytest.mark.parametrize("ratio", [False, True])
 @pytest.mark.parametrize("block_k", [64, 128])
-def test_block_gemm_matches_scalar_model(accumulation: str, ratio: bool, block_k: int) -> None:
+def test_block_gemm_matches_scalar_model(accumulation: str, ratio: bool, block_k: int, alignment: str) -> None:
     gen = torch.Generator().manual_seed(int(torch.randint(0, 1 << 30, ()).item()))
     m, n, k = 3, 4, 512
     a, b = _fp8((m, k), gen), _fp8((n, k), gen)
     sa = torch.rand(m, k // block_k, generator=gen) * 1e-2 + 1e-4
     sb = torch.rand(n, k // block_k, generator=gen) * 1e-3 + 1e-5
-    numerics = Sm90Numerics(accumulation=accumulation)
+    numerics = Sm90Numerics(accumulation=accumulation, alignment=alignment)
     got = sm90_block_gemm(a, sa, b, sb, block_k=block_k, numerics=numerics, ratio_rescale=ratio)
     al, bl, sal, sbl = a.double().tolist(), b.double().tolist(), sa.tolist(), sb.tolist()
     for i in range(m):
         for j in range(n):
             want = _scalar_gemm_entry(al, sal, bl, sbl, i, j, block_k, numerics, ratio)
             assert got[i, j].item() == pytest.approx(want, rel=2e-6), (i, j)
+
+
+def test_terms_alignment_drops_the_low_bits_of_small_products() -> None:
+    """By hand: accumulator 1024 (leading bit 2**10), 13 bits -> grid 2**-3. ``terms``: each product
+    0.0625 truncates to 0 on that grid, 1024 stays; ``sum``: 1024.125 has 14 significant bits, kept."""
+    a = torch.tensor([[0.0625, 0.0625] + [0.0] * 30], dtype=torch.float64)
+    b = torch.tensor([[1.0, 1.0] + [0.0] * 30], dtype=torch.float64)
+    acc = torch.full((1, 1), 1024.0, dtype=torch.float64)
+    assert _aligned_step(acc, a, b, 13).item() == 1024.0
+    assert truncate_significand(acc + a @ b.T, 13).item() == 1024.125
+    assert _aligned_step(-acc, a, -b, 13).item() == -1024.0  # toward zero on both signs
+    small = torch.tensor([[1.0625, -0.0625] + [0.0] * 30], dtype=torch.float64)
+    assert _aligned_step(torch.zeros(1, 1, dtype=torch.float64), small, b, 13).item() == 1.0  # exact on its own grid
+    with pytest.raises(ValueError):
+        Sm90Numerics(alignment="nearest")  # type: ignore[arg-type]
 
 
 def test_truncation_is_toward_zero_and_keeps_the_bits() -> None:
@@ -134,11 +165,13 @@ def test_reference_numerics_close_to_exact(tokens: int, top_k: int, experts: int
                      max_tokens_per_rank=128)
     chosen = sm90_numerics_for(tokens, 1, top_k, experts)
     assert chosen.accumulation == ("reuse" if tokens * top_k / experts >= 64 else "promote")
+    terms = Sm90Numerics(chosen.accumulation, alignment="terms")  # the residue study's terms13 column
     ys = []
-    for numerics in (None, Sm90Numerics()):
+    for numerics in (None, Sm90Numerics(), terms):
         out = mm.allocate_outputs(p.shape, p.config, p.inputs.device, num_tokens=tokens)
         out.y.fill_(float("nan"))
         nm.mega_moe_reference(p.inputs, out, p.shape, p.config, sm90=numerics)
         ys.append(out.y.double())
-    rel = ((ys[0] - ys[1]).norm() / ys[1].norm()).item()
-    assert 0 < rel < 1e-2, rel
+    for y in (ys[0], ys[2]):
+        rel = ((y - ys[1]).norm() / ys[1].norm()).item()
+        assert 0 < rel < 1e-2, rel

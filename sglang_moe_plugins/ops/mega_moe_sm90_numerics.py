@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 Accumulation = Literal["exact", "promote", "reuse"]
+Alignment = Literal["sum", "terms"]
 
 
 @dataclass(frozen=True)
@@ -62,12 +63,19 @@ class Sm90Numerics:
     loop in the truncating accumulator: ``BLOCK_M = 128``). ``fraction_bits``: fraction bits the
     accumulator keeps after each step (truncation toward zero); ``mma_k``: K per step.
     ``l2_act_group``: K elements per L2 activation scale (the kernel: 64; 128 only for studies).
+    ``alignment``: where the accumulator drops bits in each step. ``sum``: the exact step sum
+    (accumulator + ``mma_k`` products) truncated to ``1 + fraction_bits`` significant bits.
+    ``terms``: every addend (the accumulator and each exact FP8 product) is first aligned to the
+    largest addend's leading bit and truncated toward zero to ``fraction_bits`` bits below it, then
+    the truncated addends are summed exactly (the adder-tree model of Hopper's FP8 tensor core:
+    small products lose their low bits too, not only the running sum).
     """
 
     accumulation: Accumulation = "exact"
     fraction_bits: int = 13
     mma_k: int = 32
     l2_act_group: int = 64
+    alignment: Alignment = "sum"
 
     def __post_init__(self) -> None:
         if self.accumulation not in ("exact", "promote", "reuse"):
@@ -76,11 +84,13 @@ class Sm90Numerics:
             raise ValueError(f"l2_act_group must be 64 (the kernel) or 128, got {self.l2_act_group}")
         if self.mma_k not in (8, 16, 32, 64) or not 4 <= self.fraction_bits <= 23:
             raise ValueError(f"mma_k must divide 64 and fraction_bits lie in [4, 23], got {self.mma_k}, {self.fraction_bits}")
+        if self.alignment not in ("sum", "terms"):
+            raise ValueError(f"alignment must be sum or terms, got {self.alignment!r}")
 
     def describe(self) -> str:
         text = f"L2 acts per {self.l2_act_group}, {self.accumulation}"
         if self.accumulation != "exact":
-            text += f" (e8m{self.fraction_bits} per {self.mma_k} K)"
+            text += f" (e8m{self.fraction_bits} per {self.mma_k} K" + (", aligned terms)" if self.alignment == "terms" else ")")
         return text
 
 
@@ -115,6 +125,23 @@ def truncate_significand(x: torch.Tensor, fraction_bits: int) -> torch.Tensor:
     mantissa, exponent = torch.frexp(x)  # x = m * 2**e, |m| in [0.5, 1); frexp(0) = (0, 0)
     bits = fraction_bits + 1
     return torch.trunc(mantissa * float(2**bits)) * _pow2(exponent - bits)
+
+
+def _aligned_step(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, fraction_bits: int) -> torch.Tensor:
+    """One tensor-core step in the ``terms`` model: ``acc [M, N]`` (fp64) plus the products of
+    ``a [M, k]`` and ``b [N, k]`` (FP8 values), every addend truncated toward zero to a multiple of
+    ``2 ** (leading bit of the largest addend - fraction_bits)``, summed exactly (fp64 holds it:
+    at most 65 addends of at most ``2 ** (fraction_bits + 1)`` units)."""
+    m, n = acc.shape
+    out = torch.empty_like(acc)
+    chunk = max(1, (1 << 24) // max(1, m * (a.shape[1] + 1)))  # <= 16 Mi fp64 addends at a time
+    for lo in range(0, n, chunk):
+        hi = min(n, lo + chunk)
+        terms = torch.cat([acc[:, lo:hi].unsqueeze(-1), a.unsqueeze(1) * b[lo:hi].unsqueeze(0)], dim=-1)
+        _, exponent = torch.frexp(terms.abs().amax(-1, keepdim=True))  # max = m * 2**e, m in [0.5, 1)
+        ulp = _pow2(exponent - 1 - fraction_bits)
+        out[:, lo:hi] = (torch.trunc(terms / ulp) * ulp).sum(-1)
+    return out
 
 
 def sm90_block_gemm(
@@ -156,7 +183,10 @@ def sm90_block_gemm(
         for step in range(steps):
             lo = blk * block_k + step * numerics.mma_k
             hi = lo + numerics.mma_k
-            acc = truncate_significand(acc + a64[:, lo:hi] @ b64[:, lo:hi].T, bits)
+            if numerics.alignment == "terms":
+                acc = _aligned_step(acc, a64[:, lo:hi], b64[:, lo:hi], bits)
+            else:
+                acc = truncate_significand(acc + a64[:, lo:hi] @ b64[:, lo:hi].T, bits)
         if numerics.accumulation == "promote":
             out = out + s * acc.float()
         elif ratio_rescale:
