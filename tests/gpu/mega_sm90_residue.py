@@ -59,7 +59,7 @@ REFERENCES = {
 }
 
 
-def _numerics(name: str, spec: Sm90Numerics | str | None, tokens: int, top_k: int, experts: int) -> Sm90Numerics | None:
+def _numerics(spec: Sm90Numerics | str | None, tokens: int, top_k: int, experts: int) -> Sm90Numerics | None:
     if not isinstance(spec, str):
         return spec
     mode = "reuse" if sm90_block_m(tokens, 1, top_k, experts) == 128 else "promote"
@@ -88,7 +88,7 @@ def main() -> int:
                "block_m": sm90_block_m(tokens, 1, top_k, experts), "unwritten_rows": int((~torch.isfinite(y)).any(-1).sum()),
                "first_call_s": round(t_kernel, 1), "refs": {}}
         for name, spec in REFERENCES.items():
-            res = compare(y, reference(case, _numerics(name, spec, tokens, top_k, experts)))
+            res = compare(y, reference(case, _numerics(spec, tokens, top_k, experts)))
             row["refs"][name] = {"rel_l2": res.rel_l2, "worst_row": res.worst_row, "calc_diff": res.calc_diff, "gain": res.gain}
         rows.append(row)
         cells = "  ".join(f"{n} {r['rel_l2']:.3%}/{r['worst_row']:.2%}/g{r['gain']:.4f}" for n, r in row["refs"].items())
