@@ -148,7 +148,9 @@ _MEGA_HOOK = "sglang_moe_plugins.integrations.sglang:mega_moe_hook"
 _MEGA_OLD_HOOK = "sglang_moe_plugins.integrations.mega_adapter_v0521:mega_moe_hook"
 _DEFAULT_HOOKS = {"silu_mul_quant": _SMQ_HOOK, "mega_moe": _MEGA_HOOK}
 
-_SMQ_0516 = HookTarget(SMQ_TARGET, "silu_mul_quant", _SMQ_9, _SMQ_HOOK, SmqHost(("swiglu_limit", "swizzle"), "row_major"))
+# 0.5.16 picks the JIT kernel by shape (and SGLANG_OPT_USE_JIT_EP_ACTIVATION, default on), not by
+# argument; both of its kernels return row-major fp32 scales, so no argument changes the layout.
+_SMQ_0516 = HookTarget(SMQ_TARGET, "silu_mul_quant", _SMQ_9, _SMQ_HOOK, SmqHost((), "row_major"))
 _SMQ_0517 = HookTarget(SMQ_TARGET, "silu_mul_quant", _SMQ_9, _SMQ_HOOK, SmqHost(("swiglu_limit", "swizzle"), "column_major"))
 _SMQ_0521 = HookTarget(
     SMQ_TARGET, "silu_mul_quant", _SMQ_10, _SMQ_HOOK, SmqHost(("swiglu_limit", "swizzle", "silu_mul_keep_fp32"), "column_major")
