@@ -346,3 +346,37 @@ def test_old_mega_buffer_passes_only_the_hosts_keywords(monkeypatch: pytest.Monk
     hook22("g", 8, 64, 2, 512, 256, num_shared_experts=1, mma_type="fp8xfp4", activation="swiglu")
     assert seen[-1] == ((8, 64, 2, 512, 256), {"num_shared_experts": 1, "mma_type": "fp8xfp4"})
 
+
+
+
+DOCTOR = """
+    import contextlib, io, json, os
+    from sglang_moe_plugins.integrations import sglang_versions as sv
+    from sglang_moe_plugins.cli import main
+    real = sv.sglang_version
+    for version, require in ((None, ""), ("0.5.99", ""), ("0.5.99", "1")):
+        sv.sglang_version = (lambda: version) if version else real
+        os.environ[sv.REQUIRE_KNOWN_ENV] = require
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            main(["doctor", "--json", "--no-self-check"])
+        print("REPORT " + json.dumps(json.loads(out.getvalue())))
+"""
+
+
+@pytest.mark.sglang
+def test_doctor_reports_the_case() -> None:
+    """doctor (one process, three situations): the installed release, a newer one, a newer one refused."""
+    import json
+
+    pytest.importorskip("sglang")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(DOCTOR)], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    known, newer, refused = (json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("REPORT "))
+    assert known["sglang release"]["case"] == "known" and known["sglang release"]["table_release"] == sv.sglang_version()
+    assert all(h["state"] == "would hook" for h in known["hooks"])
+    assert newer["sglang release"]["case"] == "newer" and "0.5.99" in newer["sglang release"]["message"]
+    assert newer["hooks"] and all(h["state"] == "would hook" for h in newer["hooks"])
+    assert refused["sglang release"]["case"] == "newer-refused"
+    assert all(h["state"] == "NOT hooked" for h in refused["hooks"]) and refused["problems"]
