@@ -390,3 +390,20 @@ def test_doctor_reports_the_case() -> None:
     assert newer["hooks"] and all(h["state"] == "would hook" for h in newer["hooks"])
     assert refused["sglang release"]["case"] == "newer-refused"
     assert all(h["state"] == "NOT hooked" for h in refused["hooks"]) and refused["problems"]
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("release, strides", [("0.5.16", (24, 4, 1)), ("0.5.19", (32, 1, 8))])
+def test_hooked_function_returns_the_layout_of_the_table_entry(release: str, strides, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through real load_plugins(): the hook takes the scale layout from the release's record (0.5.16: row-major)."""
+    pytest.importorskip("sglang")
+    from sglang_session import loaded_sglang
+
+    runner = loaded_sglang()
+    monkeypatch.setattr(sv, "_active", {"silu_mul_quant": _target(release, "silu_mul_quant")})
+    gen = torch.Generator().manual_seed(16)
+    gateup = (torch.randn(2, 6, 2 * 512, generator=gen) * 4).to(torch.bfloat16)
+    masked = torch.tensor([6, 3], dtype=torch.int32)
+    out, scale = runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
+    assert out.shape == (2, 6, 512) and scale.shape == (2, 6, 4) and scale.stride() == strides
+    assert torch.isfinite(scale[0]).all() and (scale[0] > 0).all()
