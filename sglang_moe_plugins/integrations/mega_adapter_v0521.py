@@ -23,6 +23,7 @@ collective: never a per-rank fallback).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import logging
@@ -102,8 +103,11 @@ def _buffer_hook(behaviour: MegaHost) -> Callable[..., Any] | None:
 
 
 @functools.lru_cache(maxsize=4)
-def _host_hooks(behaviour: MegaHost) -> mm.MegaHostHooks:
-    return mm.MegaHostHooks(
+def _host_hooks(behaviour: MegaHost) -> Any:
+    hooks = getattr(mm, "MegaHostHooks", None)  # the op's host-helper record, where the op carries one
+    if hooks is None:
+        return None
+    return hooks(
         get_symm_buffer=_buffer_hook(behaviour),
         num_sms_context=getattr(_host_module(), "_configure_mega_moe_deep_gemm_num_sms", None),
     )
@@ -149,11 +153,13 @@ def build_call(behaviour: MegaHost, arguments: dict[str, Any]) -> OldMegaCall | 
         ep_size=int(getattr(experts, "moe_ep_size", 1) or 1),
         max_tokens_per_rank=_max_tokens_per_rank(),
     )
+    fields = {f.name for f in dataclasses.fields(mm.MegaMoEInputs)}
+    extra = {"experts": experts, "host": _host_hooks(behaviour)}
     inputs = mm.MegaMoEInputs(
         hidden_states=hidden_states, topk_ids=arguments["topk_ids"], topk_weights=arguments["topk_weights"],
         l1_weights=tuple(experts.mega_l1_weights), l2_weights=tuple(experts.mega_l2_weights),
         shared_l1_weights=arguments.get("shared_l1_weights"), shared_l2_weights=arguments.get("shared_l2_weights"),
-        ep_group=_ep_group, experts=experts, host=_host_hooks(behaviour),
+        ep_group=_ep_group, **{k: v for k, v in extra.items() if k in fields},
     )
     return OldMegaCall(inputs, shape, config, float(rsf) if on_output else 1.0)
 
