@@ -167,10 +167,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     report["host kernels"] = host_kernels_source() or "unavailable (jit_ep and fp8_fallback cannot run)"
     hooks: list[dict[str, Any]] = []
     if report["versions"]["sglang"] != "not installed" and not args.no_hooks:
-        from .integrations.sglang import check_targets, hook_status
+        from .integrations.sglang import hook_status, version_case
 
         status = hook_status()
-        for check in check_targets():
+        case = version_case()
+        report["sglang release"] = {"case": case.case, "table_release": case.table_release, "message": case.message}
+        for check in case.checks:
             state = "would hook" if check.ok else "NOT hooked"
             if status["registered"] and check.ok:
                 state = "hooked in this process"
@@ -190,6 +192,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         lines += [f"  {r['plugin']}: {r['state']}: {r['detail']}" for r in report["self check"]]
     lines.append(f"sglang entry point moe_plugins: {report['sglang entry point']}")
     lines.append(f"host kernels: {report['host kernels']}")
+    if "sglang release" in report:
+        lines.append(f"sglang release: {report['sglang release']['case']}: {report['sglang release']['message']}")
     if hooks:
         lines.append("hooks:")
         lines += [f"  {h['state']}: {h['target']} (op {h['op']}): {h['reason']}" for h in hooks]

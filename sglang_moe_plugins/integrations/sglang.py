@@ -6,30 +6,43 @@ SGLang's ``HookRegistry`` on the host functions of the version table below, and 
 - ``_varlen_deep_gemm_silu_mul_quant`` (op ``silu_mul_quant``),
 - ``run_mega_routed_experts`` (op ``mega_moe``).
 
-A target is hooked only when the installed SGLang version is in :data:`KNOWN_TARGETS` and the target
-resolves with the expected parameters; otherwise one warning says why, ``doctor`` shows it, and
-SGLang runs unchanged. Calls our ops do not model (e.g. ``gemm1_alpha``) go to the original function.
+The version table and the rule for releases it does not list live in :mod:`.sglang_versions`
+(re-exported here): a known release's targets are hooked when they resolve with the table's
+parameters; a newer release when all its targets match the newest release's (one warning); otherwise
+one warning says why, ``doctor`` shows it, and SGLang runs unchanged. Calls our ops do not model (e.g. ``gemm1_alpha``) go to the original function.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from .. import api
 from ..errors import ConfigError, InvalidArgumentError, MoEPluginsError, NoPluginAvailableError
 from ..ops import silu_mul_quant as smq
+from .sglang_versions import (
+    KNOWN_TARGETS,
+    HookTarget,
+    TargetCheck,
+    VersionCase,
+    active_target,
+    check_targets,
+    set_active_targets,
+    sglang_version,
+    version_case,
+)
 
 __all__ = [
     "HookTarget",
     "TargetCheck",
     "KNOWN_TARGETS",
+    "VersionCase",
     "register",
     "check_targets",
+    "version_case",
+    "sglang_version",
     "hook_status",
     "silu_mul_quant_hook",
     "mega_moe_hook",
@@ -38,42 +51,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class HookTarget:
-    """A host function we hook: dotted path, op, and the parameter names we rely on, in order."""
-
-    path: str
-    op: str
-    parameters: tuple[str, ...]
-
-
 _SMQ_PARAMS = (
     "gateup_output", "masked_m", "group_size", "topk", "swiglu_limit", "swizzle",
     "gemm1_alpha", "gemm1_clamp_limit", "num_real_tokens", "silu_mul_keep_fp32",
 )
-_MEGA_PARAMS = (
-    "experts", "hidden_states", "topk_ids", "topk_weights", "hidden_size", "intermediate_size", "top_k",
-    "num_tokens", "activation_clamp", "routed_scaling_factor", "activation", "num_shared_experts",
-    "shared_l1_weights", "shared_l2_weights", "routing_in_buffer",
-)
-
-#: SGLang versions whose hook targets and signatures are known, checked against the released wheels.
-KNOWN_TARGETS: dict[str, tuple[HookTarget, ...]] = {
-    "0.5.23": (
-        HookTarget("sglang.srt.layers.moe.moe_runner.deep_gemm._varlen_deep_gemm_silu_mul_quant", "silu_mul_quant", _SMQ_PARAMS),
-        HookTarget("sglang.srt.layers.moe.mega_moe.run_mega_routed_experts", "mega_moe", _MEGA_PARAMS),
-    ),
-}
-
-
-@dataclass(frozen=True)
-class TargetCheck:
-    """Whether a target can be hooked here, and why (shown by ``doctor``)."""
-
-    path: str
-    op: str
-    ok: bool
-    reason: str
 
 
 _state_lock = threading.Lock()
@@ -81,49 +62,6 @@ _last_checks: tuple[TargetCheck, ...] = ()
 _registered = False
 _calls: dict[str, int] = {}
 _delegations_logged: set[str] = set()
-
-
-def sglang_version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("sglang")
-    except PackageNotFoundError:
-        return None
-
-
-def _resolve(path: str) -> Any:
-    module_path, attr = path.rsplit(".", 1)
-    module = importlib.import_module(module_path)
-    return getattr(module, attr)
-
-
-def check_targets(version: str | None = None, table: Mapping[str, tuple[HookTarget, ...]] | None = None) -> tuple[TargetCheck, ...]:
-    """Check every known target for the installed SGLang (imports the target modules)."""
-    table = KNOWN_TARGETS if table is None else table
-    version = sglang_version() if version is None else version
-    if version is None:
-        return (TargetCheck("sglang", "*", False, "sglang is not installed"),)
-    if version not in table:
-        known = ", ".join(sorted(table)) or "(none)"
-        return (TargetCheck("sglang", "*", False, f"sglang {version} is not in the version table (known: {known}); no hooks"),)
-    checks = []
-    for target in table[version]:
-        try:
-            fn = _resolve(target.path)
-        except Exception as exc:  # noqa: BLE001 - a missing target must never break start-up
-            checks.append(TargetCheck(target.path, target.op, False, f"cannot resolve: {type(exc).__name__}: {exc}"))
-            continue
-        try:
-            params = tuple(inspect.signature(fn).parameters)
-        except (TypeError, ValueError) as exc:
-            checks.append(TargetCheck(target.path, target.op, False, f"no inspectable signature: {exc}"))
-            continue
-        if params != target.parameters:
-            checks.append(TargetCheck(target.path, target.op, False, f"signature differs: expected {target.parameters}, found {params}"))
-            continue
-        checks.append(TargetCheck(target.path, target.op, True, f"sglang {version}: signature matches"))
-    return tuple(checks)
 
 
 _HOOKS: dict[str, Callable[..., Any]] = {}
@@ -144,15 +82,21 @@ def register() -> None:
         raise
     for note in selector.registry.config.notes:
         logger.log(logging.WARNING if note.startswith("legacy") else logging.INFO, "sglang-moe-plugins: %s", note)
-    checks = check_targets()
+    case = version_case()
     with _state_lock:
-        _last_checks = checks
-    for check in checks:
-        if not check.ok:
-            logger.warning("sglang-moe-plugins: not hooking %s: %s", check.path, check.reason)
+        _last_checks = case.checks
+    if case.case != "known":  # one warning for the release as a whole (newer, refused, mismatch, unsupported)
+        logger.warning("sglang-moe-plugins: %s", case.message)
+    hooked = []
+    for check, target in zip(case.checks, case.targets or (None,) * len(case.checks)):
+        if not check.ok or target is None or not case.hooks:
+            if case.case == "known":
+                logger.warning("sglang-moe-plugins: not hooking %s: %s", check.path, check.reason)
             continue
-        HookRegistry.register(check.path, _HOOKS[check.op], HookType.AROUND)
+        HookRegistry.register(check.path, target.hook_function(), HookType.AROUND)
+        hooked.append(target)
         logger.info("sglang-moe-plugins: hooked %s (op %s)", check.path, check.op)
+    set_active_targets(tuple(hooked))
     _registered = True
 
 
@@ -203,9 +147,8 @@ def silu_mul_quant_hook(original: Callable[..., Any], *args: Any, **kwargs: Any)
         return _delegate(smq.OP, "gemm1_alpha / gemm1_clamp_limit (gpt-oss activation) is not modelled", original, args, kwargs)
     if p["masked_m"] is None:
         return _delegate(smq.OP, "masked_m is None", original, args, kwargs)
-    dsv4_branch = p["swiglu_limit"] is not None or p["swizzle"] or p["silu_mul_keep_fp32"]
-    # The layout the host itself returns on this call's branch.
-    layout = "ue8m0_packed" if _scale_ue8m0() else ("row_major" if dsv4_branch else "column_major")
+    # The layout the host itself returns on this call's branch, per release (sglang_versions.SmqHost).
+    layout = active_target(smq.OP).host.scale_layout(p, _scale_ue8m0())
     try:
         shape, config = smq.describe(
             p["gateup_output"], p["masked_m"], group_size=p["group_size"], topk=p["topk"],
