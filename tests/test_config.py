@@ -69,7 +69,7 @@ def test_env_errors(env, needle):
     "text, needle",
     [
         ("stict = true", "unknown key 'stict'"),
-        ("stict = true", "valid keys: strict, disable, enable, priority, force, options"),
+        ("stict = true", "valid keys: strict, debug, disable, enable, priority, force, options"),
         ("strict = 1", "strict in"),
         ('disable = "jit_ep"', "disable in"),
         ('disable = ["nope"]', "unknown plugin 'nope' (disabled by 'disable' in"),
