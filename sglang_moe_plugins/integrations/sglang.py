@@ -24,8 +24,10 @@ decided by those arguments.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
+import itertools
 import logging
 import threading
 from dataclasses import dataclass
@@ -89,10 +91,25 @@ class TargetCheck:
     reason: str
 
 
+class _CallCounter:
+    """Calls of one hook: ``next()`` on an ``itertools.count`` is atomic (one C call under the GIL), so
+    counting takes no lock on the hot path."""
+
+    __slots__ = ("_count", "hit")
+
+    def __init__(self) -> None:
+        self._count = itertools.count()
+        self.hit = functools.partial(next, self._count)
+
+    @property
+    def value(self) -> int:
+        return int(repr(self._count)[len("count("):-1])  # the next value: how many hits so far
+
+
 _state_lock = threading.Lock()
 _last_checks: tuple[TargetCheck, ...] = ()
 _registered = False
-_calls: dict[str, int] = {}
+_calls: dict[str, _CallCounter] = {"silu_mul_quant": _CallCounter(), "mega_moe": _CallCounter()}
 #: Kinds of unmodelled calls already logged (a fixed, small set: never argument values).
 _delegations_logged: set[str] = set()
 
@@ -200,13 +217,12 @@ def hook_status() -> dict[str, Any]:
         return {
             "registered": _registered,
             "targets": [c.__dict__ for c in _last_checks],
-            "calls": dict(_calls),
+            "calls": {op: counter.value for op, counter in _calls.items() if counter.value},
         }
 
 
 def _count(op: str) -> None:
-    with _state_lock:
-        _calls[op] = _calls.get(op, 0) + 1
+    _calls[op].hit()
 
 
 def _delegate(op: str, kind: str, detail: str, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
@@ -252,9 +268,12 @@ def refresh_host_state() -> None:
     _host_ue8m0 = None
 
 
+_smq_calls = _calls[smq.OP].hit
+
+
 def silu_mul_quant_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """AROUND hook of ``_varlen_deep_gemm_silu_mul_quant``: same arguments, same return value."""
-    _count(smq.OP)
+    _smq_calls()
     try:
         g, m, group_size, topk, limit, swizzle, alpha, clamp, real_tokens, keep = _smq_arguments(*args, **kwargs)
     except TypeError:  # not a valid call of the host function: let the host say so
