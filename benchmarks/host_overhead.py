@@ -259,7 +259,8 @@ def gpu_section(repeats: int, calls: int, jit_root: pathlib.Path, prebuilt: path
     from sglang_moe_plugins.integrations.sglang import silu_mul_quant_hook
     from sglang_moe_plugins.ops import silu_mul_quant as smq
     from sglang_moe_plugins.plugins import _triton_silu_mul_quant as kernel
-    from sglang_moe_plugins.plugins.triton import TritonPlugin, _bf16_limit
+    from sglang_moe_plugins.plugins.triton import TritonPlugin
+    from sglang_moe_plugins.quant import round_to_bf16
 
     selector = api.reload(parse_config({"force": {smq.OP: "triton"}}), entry_points=builtin_entry_points())
     jit, jit_note = _sglang_jit(jit_root, prebuilt)
@@ -267,7 +268,10 @@ def gpu_section(repeats: int, calls: int, jit_root: pathlib.Path, prebuilt: path
     rows = []
 
     def add(path, label, fn, note=""):
-        rows.append(row(path, label, time_calls(fn, repeats, calls, sync), note))
+        try:
+            rows.append(row(path, label, time_calls(fn, repeats, calls, sync), note))
+        except Exception as exc:  # noqa: BLE001 - one path failing must not lose the others
+            rows.append(row(path, label, None, f"failed: {type(exc).__name__}: {exc}"[:300]))
 
     for label, e, n, d, topk, limit, sglang_too in SHAPES:
         gateup, masked = inputs_for(e, n, d, "cuda")
@@ -282,13 +286,13 @@ def gpu_section(repeats: int, calls: int, jit_root: pathlib.Path, prebuilt: path
             lambda: (torch.empty((e, n, d), dtype=torch.float8_e4m3fn, device="cuda"),
                      torch.empty_strided(sizes, strides, dtype=torch.float32, device="cuda")))
         kconfig = kernel.choose_config(e, n, d, 128, topk)
-        klimit = None if limit is None else _bf16_limit(limit)
+        klimit = None if limit is None else round_to_bf16(limit)
         add("Triton `launch` of our kernel (JIT dispatch, config chosen)", label,
             lambda: kernel.launch(gateup, masked, outputs.out, outputs.scale, group_size=128, swiglu_limit=klimit,
                                   swizzle=False, ue8m0=False, config=kconfig))
         plugin = TritonPlugin()
         prepare = getattr(plugin, "prepare", None)
-        launch = prepare(shape, config) if prepare is not None else None
+        launch = prepare(shape, config) if callable(prepare) else None
         if launch is not None:
             add("`TritonPlugin` prepared launch(inputs, outputs)", label, lambda: launch(inputs, outputs))
         add("`TritonPlugin.run`", label, lambda: plugin.run(inputs, outputs, shape, config))
@@ -346,6 +350,7 @@ def markdown(result: dict) -> str:
     meta = result["meta"]
     lines = [f"# Host time per eager call ({meta['device']}, {meta['date']})", "",
              f"Commit {meta['commit']}; median of {meta['repeats']} x {meta['calls']} back-to-back calls, in us; "
+             f"{meta['cpu_count']} CPUs, load average {meta['load_average_1_5_15_min']} when written; "
              f"versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v), ""]
     for name, section in result["sections"].items():
         lines.append(f"## {name}")
@@ -387,7 +392,8 @@ def main() -> None:
     result = {
         "meta": {"commit": _commit(), "device": device_name(), "cpu": _platform.processor() or _platform.machine(),
                  "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                 "repeats": args.repeats, "calls": args.calls, "versions": _versions()},
+                 "repeats": args.repeats, "calls": args.calls, "versions": _versions(),
+                 "load_average_1_5_15_min": [round(x, 2) for x in os.getloadavg()], "cpu_count": os.cpu_count()},
         "sections": sections,
     }
     out = pathlib.Path(args.out)
