@@ -22,20 +22,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Hashable
 
 import torch
 
 from .contract import Support
 from .errors import InvalidArgumentError, MoEPluginsError, NoPluginAvailableError, OutputValidationError
 from .ops import get_op
+from .binding import CACHE_CAP, BoundOp, _Once
 from .registry import PluginRecord, Registry
 
 __all__ = ["BoundOp", "CACHE_CAP", "Candidate", "Selection", "Selector", "Verdict"]
-
-#: Most keys kept by each cache of a selector (selections, bound ops, the hooks' argument keys).
-CACHE_CAP = 4096
 
 logger = logging.getLogger(__name__)
 
@@ -127,67 +125,6 @@ def _capturing(inputs: Any) -> bool:
     except TypeError:
         return False
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-
-
-class _FirstCall:
-    """Mutable flag of a frozen :class:`BoundOp`: its outputs have not been checked yet."""
-
-    __slots__ = ("pending",)
-
-    def __init__(self) -> None:
-        self.pending = True
-
-
-@dataclass(frozen=True, eq=False)
-class BoundOp:
-    """One shape key bound to its plugin: what a call needs, worked out once (see :meth:`Selector.bind`).
-
-    ``allocate(device) -> outputs`` makes empty outputs (sizes, strides and dtypes precomputed);
-    ``launch(inputs, outputs)`` runs the plugin (the closure its ``prepare`` returned, or its ``run``).
-    Run it with :meth:`Selector.call`, which applies the failure policy.
-    """
-
-    op: str
-    shape: Any
-    config: Any
-    record: PluginRecord
-    allocate: Callable[[torch.device], Any]
-    launch: Callable[[Any, Any], Any]
-    #: Whether ``launch`` came from the plugin's ``prepare``.
-    prepared: bool
-    #: The op is collective: no per-rank fallback (OpSpec.collective).
-    collective: bool
-    #: Check the outputs of every call (strict or debug), not only the first one.
-    check_every_call: bool
-    validate: Callable[..., None] = field(repr=False)
-    _first: _FirstCall = field(default_factory=_FirstCall, repr=False)
-
-    @property
-    def name(self) -> str:
-        return self.record.name
-
-    @property
-    def checked(self) -> bool:
-        """Whether one call's outputs passed the op's checks."""
-        return not self._first.pending
-
-
-class _Once:
-    """Thread-safe 'first time?' over a capped set of keys; past the cap every key counts as new (a
-    message is repeated rather than lost)."""
-
-    def __init__(self, cap: int = CACHE_CAP) -> None:
-        self._seen: set[Hashable] = set()
-        self._lock = threading.Lock()
-        self._cap = cap
-
-    def first(self, key: Hashable) -> bool:
-        with self._lock:
-            if key in self._seen:
-                return False
-            if len(self._seen) < self._cap:
-                self._seen.add(key)
-            return True
 
 
 class Selector:
