@@ -20,7 +20,7 @@ from .errors import (
 from .hardware import Platform
 from .ops import OPS
 from .registry import ENTRY_POINT_GROUP, PluginRecord, Registry
-from .selection import Candidate, Selection, Selector, Verdict
+from .selection import BoundOp, Candidate, Selection, Selector, Verdict
 
 __all__ = [
     "__version__",
@@ -35,6 +35,7 @@ __all__ = [
     "Registry",
     "PluginRecord",
     "Selector",
+    "BoundOp",
     "Selection",
     "Candidate",
     "Verdict",

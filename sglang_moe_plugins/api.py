@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Mapping
+from importlib.metadata import EntryPoint
+from typing import Any, Iterable, Mapping
 
 import torch
 
@@ -12,7 +13,7 @@ from .ops import silu_mul_quant as smq
 from .registry import Registry
 from .selection import Selection, Selector
 
-__all__ = ["get_registry", "get_selector", "reload", "select", "explain", "dispatch", "silu_mul_quant"]
+__all__ = ["get_registry", "get_selector", "current_selector", "reload", "select", "explain", "dispatch", "silu_mul_quant"]
 
 _lock = threading.Lock()
 _selector: Selector | None = None
@@ -27,14 +28,29 @@ def get_selector() -> Selector:
         return _selector
 
 
+def current_selector() -> Selector:
+    """:func:`get_selector` without taking the lock once the selector exists (the hooks' hot path)."""
+    selector = _selector
+    return selector if selector is not None else get_selector()
+
+
 def get_registry() -> Registry:
     return get_selector().registry
 
 
-def reload(config: UserConfig | None = None, env: Mapping[str, str] | None = None) -> Selector:
-    """Rediscover plugins and re-read the configuration (or use ``config``); clears every cache."""
+def reload(
+    config: UserConfig | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    entry_points: Iterable[EntryPoint] | None = None,
+) -> Selector:
+    """Rediscover plugins and re-read the configuration (or use ``config``); clears every cache.
+
+    ``entry_points``: discover these instead of the installed ones (e.g. where the package runs from a
+    checkout without being installed).
+    """
     global _selector
-    selector = Selector(Registry.discover(config if config is not None else load_config(env)))
+    selector = Selector(Registry.discover(config if config is not None else load_config(env), entry_points))
     with _lock:
         _selector = selector
     return selector

@@ -10,7 +10,7 @@ from importlib import resources
 
 from .errors import InvalidArgumentError
 from .hardware import Platform
-from .ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantShape
+from .ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantShape, host_scale_layout
 
 __all__ = [
     "ModelSpec",
@@ -110,7 +110,7 @@ def silu_mul_quant_cases(
     e, d = model.experts // ep, model.inter // tp
     if d % group_size:
         raise InvalidArgumentError("catalog", "tp", tp, f"a split leaving D = {model.inter}/{tp} a multiple of group_size {group_size}")
-    layout = "ue8m0_packed" if ue8m0 else ("row_major" if limit is not None else "column_major")
+    layout = host_scale_layout(limit is not None, ue8m0)
     cases = []
     for n in rows:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:

@@ -3,6 +3,7 @@
 File format (every table optional)::
 
     strict = false                       # re-raise plugin failures instead of falling back
+    debug = false                        # check every call's outputs, not only the first per shape key
     disable = ["jit_ep"]                 # never select these
     enable = ["my_experimental_kernel"]  # turn on plugins that are off by default / disabled by env
     [priority]                           # override default priorities (higher is tried first)
@@ -10,12 +11,13 @@ File format (every table optional)::
     [force]                              # per op: use exactly this plugin (an error if it cannot)
     silu_mul_quant = "triton"
     [options.triton]                     # per-plugin options, validated against the plugin's own
-    block_rows = 16
+    pdl = false
 
 Environment:
 
 - ``SGLANG_MOE_PLUGINS_DISABLE=a,b``: adds to ``disable``.
 - ``SGLANG_MOE_PLUGINS_STRICT=1``: sets ``strict``.
+- ``SGLANG_MOE_PLUGINS_DEBUG=1``: sets ``debug``.
 - SGLang's older switches are translated (and reported by ``doctor``/``list``):
   ``SGLANG_OPT_USE_JIT_EP_ACTIVATION=0`` disables ``jit_ep``;
   ``SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_FP4_ACTS=1`` or ``SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_MXF4_KIND=1``
@@ -29,9 +31,9 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any, Hashable, Iterable, Mapping
 
 from .errors import ConfigError
 
@@ -39,21 +41,24 @@ __all__ = [
     "CONFIG_ENV",
     "DISABLE_ENV",
     "STRICT_ENV",
+    "DEBUG_ENV",
     "LEGACY_ENV",
     "UserConfig",
     "load_config",
     "parse_config",
+    "strict_requested",
 ]
 
 CONFIG_ENV = "SGLANG_MOE_PLUGINS_CONFIG"
 DISABLE_ENV = "SGLANG_MOE_PLUGINS_DISABLE"
 STRICT_ENV = "SGLANG_MOE_PLUGINS_STRICT"
+DEBUG_ENV = "SGLANG_MOE_PLUGINS_DEBUG"
 LEGACY_JIT_EP = "SGLANG_OPT_USE_JIT_EP_ACTIVATION"
 LEGACY_FP4_ACTS = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_FP4_ACTS"
 LEGACY_MXF4_KIND = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_MXF4_KIND"
 LEGACY_ENV = (LEGACY_JIT_EP, LEGACY_FP4_ACTS, LEGACY_MXF4_KIND)
 
-_TOP_KEYS = ("strict", "disable", "enable", "priority", "force", "options")
+_TOP_KEYS = ("strict", "debug", "disable", "enable", "priority", "force", "options")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 #: Priority given to mega_w4a4 when a legacy FP4-activation switch asks for it.
@@ -69,6 +74,8 @@ class UserConfig:
     """The validated user configuration. ``notes`` says where each setting came from."""
 
     strict: bool = False
+    #: Check the outputs of every call against the op's layout, not only the first call of each shape key.
+    debug: bool = False
     disable: frozenset[str] = frozenset()
     enable: frozenset[str] = frozenset()
     priority: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
@@ -79,8 +86,9 @@ class UserConfig:
     notes: tuple[str, ...] = ()
     source: str | None = None
 
-    def __hash__(self) -> int:  # mappings are not hashable; identity is enough for caching
-        return id(self)
+    def __hash__(self) -> int:
+        # By value, as equality is: the mappings (and option values such as lists) are frozen first.
+        return hash(tuple(_hashable(getattr(self, f.name)) for f in fields(self)))
 
     def check_names(self, plugins: Mapping[str, str], ops: Iterable[str]) -> None:
         """Raise ConfigError for unknown plugin or op names. ``plugins`` maps name -> op."""
@@ -111,6 +119,20 @@ class UserConfig:
             )
 
 
+def _hashable(value: Any) -> Hashable:
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _hashable(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return tuple(sorted(repr(v) for v in value))
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
 def _string_list(value: Any, key: str, where: str) -> frozenset[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ConfigError(f"{key}{where} must be a list of plugin names (strings), got {value!r}")
@@ -126,6 +148,9 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConf
     strict = data.get("strict", False)
     if not isinstance(strict, bool):
         raise ConfigError(f"strict{where} must be true or false, got {strict!r}")
+    debug = data.get("debug", False)
+    if not isinstance(debug, bool):
+        raise ConfigError(f"debug{where} must be true or false, got {debug!r}")
     disable = _string_list(data.get("disable", []), "disable", where)
     enable = _string_list(data.get("enable", []), "enable", where)
     priority = data.get("priority", {})
@@ -145,6 +170,7 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConf
     provenance.update({f"priority:{name}": f"set by [priority]{where}" for name in priority})
     return UserConfig(
         strict=strict,
+        debug=debug,
         disable=disable,
         enable=enable,
         priority=_frozen(priority),
@@ -177,6 +203,15 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
                 data = tomllib.load(handle)
         except FileNotFoundError:
             raise ConfigError(f"{CONFIG_ENV}={path!r}: file not found") from None
+        except IsADirectoryError:
+            raise ConfigError(f"{CONFIG_ENV}={path!r} is a directory; it must name a TOML file") from None
+        except OSError as exc:
+            raise ConfigError(f"{CONFIG_ENV}={path!r}: cannot read the file: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"{CONFIG_ENV}={path!r}: not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at offset "
+                f"{exc.start}); TOML files are UTF-8"
+            ) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{CONFIG_ENV}={path!r}: TOML syntax error: {exc}") from None
         config = parse_config(data, source=path)
@@ -188,6 +223,7 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
     provenance = dict(config.provenance)
     notes = list(config.notes)
     strict = config.strict
+    debug = config.debug
 
     raw_disable = env.get(DISABLE_ENV, "")
     for name in (n.strip() for n in raw_disable.split(",")):
@@ -197,6 +233,9 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
     if _env_flag(env, STRICT_ENV):
         strict = True
         notes.append(f"{STRICT_ENV}=1 -> strict = true")
+    if _env_flag(env, DEBUG_ENV):
+        debug = True
+        notes.append(f"{DEBUG_ENV}=1 -> debug = true (every call's outputs are checked)")
 
     if _env_flag(env, LEGACY_JIT_EP) is False and "jit_ep" not in enable:
         disable.add("jit_ep")
@@ -214,6 +253,7 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
             )
     return UserConfig(
         strict=strict,
+        debug=debug,
         disable=frozenset(disable),
         enable=frozenset(enable),
         priority=_frozen(priority),
@@ -223,3 +263,19 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
         notes=tuple(notes),
         source=config.source,
     )
+
+
+def strict_requested(env: Mapping[str, str] | None = None) -> bool:
+    """Whether the user asked for strict mode, also when the configuration itself is invalid.
+
+    ``SGLANG_MOE_PLUGINS_STRICT`` set to anything but a false value (an invalid value counts: the user
+    meant something), or a configuration that loads and says ``strict = true``.
+    """
+    env = os.environ if env is None else env
+    raw = env.get(STRICT_ENV)
+    if raw is not None and raw.strip().lower() not in _FALSE:
+        return True
+    try:
+        return load_config(env).strict
+    except ConfigError:
+        return False

@@ -2,7 +2,8 @@
 
 A plugin is any object with
 
-- ``name``: short unique identifier (``[a-z0-9_]+``),
+- ``name``: short unique identifier (``[a-z][a-z0-9_]*``: a lowercase letter, then lowercase
+  letters, digits and underscores),
 - ``op``: the op it implements (``"silu_mul_quant"`` or ``"mega_moe"``),
 - ``priority``: int, higher is tried first,
 - ``supports(shape, config) -> Support``: cheap, pure, never reads device tensors,
@@ -10,7 +11,10 @@ A plugin is any object with
 
 Optional: ``contract_version`` (int, defaults to the current one), ``options`` (a mapping of option
 name to default value; users override them in the config file), ``description`` (one line),
-``available(platform) -> Support`` (whether it can run on this machine at all; ``list`` shows it).
+``available(platform) -> Support`` (whether it can run on this machine at all; ``list`` shows it),
+``prepare(shape, config) -> launch | None`` (the launch for one shape key, worked out once: see
+docs/plugin-contract.md, "prepare"). :class:`Plugin` does not define ``prepare``: a plugin without it
+is run through ``run`` on every call.
 
 Subclassing :class:`Plugin` is convenient but not required: the registry checks the attributes.
 """

@@ -41,13 +41,28 @@ class PluginValidationError(MoEPluginsError, TypeError):
 
 
 class NoPluginAvailableError(MoEPluginsError, RuntimeError):
-    """No enabled plugin supports a call. ``rejections`` maps plugin name to its reason."""
+    """No enabled plugin supports a call. ``rejections`` holds ``(plugin name, reason)`` pairs.
 
-    def __init__(self, op: str, key_description: str, rejections: Iterable[tuple[str, str]], hint: str = ""):
+    When the configuration forces a plugin for the op, ``forced`` names it and the message starts with
+    that plugin and its reason: a forced plugin that cannot run a call is an error, never a fallback.
+    """
+
+    def __init__(
+        self, op: str, key_description: str, rejections: Iterable[tuple[str, str]], hint: str = "", forced: str | None = None
+    ):
         self.op = op
         self.rejections = tuple(rejections)
-        lines = [f"no enabled plugin of op {op!r} supports {key_description}:"]
-        lines += [f"  - {name}: {reason}" for name, reason in self.rejections] or ["  (no plugins registered)"]
+        self.forced = forced
+        if forced is not None:
+            reason = dict(self.rejections).get(forced, "it is not registered")
+            lines = [
+                f"the forced plugin {forced!r} (force.{op} in the configuration) cannot run {op} {key_description}: "
+                f"{reason}; the call is not handed to another plugin or to the host's function (remove force.{op} "
+                "to let the others run it)"
+            ]
+        else:
+            lines = [f"no enabled plugin of op {op!r} supports {key_description}:"]
+            lines += [f"  - {name}: {reason}" for name, reason in self.rejections] or ["  (no plugins registered)"]
         if hint:
             lines.append(hint)
         super().__init__("\n".join(lines))

@@ -82,6 +82,9 @@ def validate_plugin(plugin: Any, origin: str) -> None:
     for method in ("supports", "run"):
         if not callable(getattr(plugin, method, None)):
             raise PluginValidationError(f"{who}: {method} must be a method; see sglang_moe_plugins.contract")
+    prepare = getattr(plugin, "prepare", None)
+    if prepare is not None and not callable(prepare):
+        raise PluginValidationError(f"{who}: prepare={prepare!r} must be a method prepare(shape, config) -> launch or None")
     version = getattr(plugin, "contract_version", CONTRACT_VERSION)
     if isinstance(version, bool) or not isinstance(version, int):
         raise PluginValidationError(f"{who}: contract_version={version!r} must be an int")

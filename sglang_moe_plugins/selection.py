@@ -1,10 +1,20 @@
-"""Selection: the first enabled plugin, by descending priority, whose ``supports`` says yes.
+"""Selection: the first enabled plugin, by descending priority, whose ``supports`` says yes; binding.
 
 Each (op, shape, config) key is decided once (thread-safe), cached and logged once at INFO, with the
-reason of every plugin not chosen. At run time a plugin that raises, or returns outputs that do not
-match the op's contract, is logged once with the traceback, remembered as failed for that key, and
-the next plugin runs; with ``strict`` the error is re-raised instead. During CUDA graph capture a
-failure is re-raised and not remembered (a fallback cannot be captured after a failed attempt).
+reason of every plugin not chosen. :meth:`Selector.bind` then turns the choice into a :class:`BoundOp`:
+the plugin, the op's output allocator for the key and the plugin's launch (``prepare(shape, config)``
+when it has one, else ``run``), all worked out once per key. A call of a bound op allocates, launches
+and, on the first call of the key (every call under ``strict`` or ``debug``), checks the outputs.
+
+Failures at run time (docs/reliability.md): a plugin that raises, or returns outputs that do not match
+the op's contract, is logged once with the traceback, remembered as failed for that key, and the next
+plugin runs. The error is re-raised instead, and nothing is remembered, when ``strict`` is set, when
+the plugin is forced, when the op is collective (every rank must run the same kernel: no per-rank
+fallback), and inside CUDA graph capture (a fallback cannot be captured after a failed attempt).
+
+Every cache is capped at :data:`CACHE_CAP` keys (one WARNING when a cap is reached): past it, calls
+are still selected and bound, without being cached, so that shapes that change on every call cannot
+grow memory.
 """
 
 from __future__ import annotations
@@ -20,9 +30,10 @@ import torch
 from .contract import Support
 from .errors import InvalidArgumentError, MoEPluginsError, NoPluginAvailableError, OutputValidationError
 from .ops import get_op
+from .binding import CACHE_CAP, BoundOp, _Once
 from .registry import PluginRecord, Registry
 
-__all__ = ["Candidate", "Selection", "Selector", "Verdict"]
+__all__ = ["BoundOp", "CACHE_CAP", "Candidate", "Selection", "Selector", "Verdict"]
 
 logger = logging.getLogger(__name__)
 
@@ -117,14 +128,18 @@ def _capturing(inputs: Any) -> bool:
 
 
 class Selector:
-    """Selects and runs plugins of a :class:`Registry`. Safe to share between threads."""
+    """Selects, binds and runs plugins of a :class:`Registry`. Safe to share between threads."""
 
     def __init__(self, registry: Registry):
         self.registry = registry
         self._lock = threading.RLock()
         self._cache: dict[Hashable, Selection] = {}
+        self._bound: dict[Hashable, BoundOp] = {}
+        #: Bound ops by a caller's own key of raw call arguments (the SGLang hooks); see :meth:`remember`.
+        self.call_cache: dict[Hashable, BoundOp] = {}
         self._failed: dict[Hashable, dict[str, str]] = {}
-        self._logged_errors: set[tuple[Hashable, str]] = set()
+        self._errors_logged = _Once()
+        self._caps_logged = _Once()
         self.decisions = 0  # how many keys were decided (not served from cache); for tests and stats
 
     @property
@@ -139,20 +154,34 @@ class Selector:
             selection = self._cache.get(key)
             if selection is None:
                 selection = self._decide(op, shape, config, self._failed.get(key, {}))
-                self._cache[key] = selection
                 self.decisions += 1
-                self._log(selection)
+                if self._fits("selections", self._cache):
+                    self._cache[key] = selection
+                    self._log(selection)
             return selection
 
     def select(self, op: str, shape: Any, config: Any) -> Selection:
-        """Like :meth:`explain`, but raises NoPluginAvailableError when no plugin fits."""
+        """Like :meth:`explain`, but raises NoPluginAvailableError when no plugin fits (naming the forced
+        plugin and its reason when the op is forced)."""
         selection = self.explain(op, shape, config)
         if selection.chosen is None:
             forced = self.registry.config.force.get(op)
-            hint = f"(force.{op} = {forced!r} is set in the configuration)" if forced else ""
             rejections = [(c.name, f"{c.verdict}: {c.reason}") for c in selection.candidates]
-            raise NoPluginAvailableError(op, selection.key_description(), rejections, hint)
+            if forced is not None:
+                rejections = [(c.name, f"{c.verdict}: {c.reason}") for c in selection.candidates if c.name == forced]
+            raise NoPluginAvailableError(op, selection.key_description(), rejections, forced=forced)
         return selection
+
+    def _fits(self, what: str, cache: dict) -> bool:
+        """Whether ``cache`` may take one more key; logs once per cache when the cap is reached."""
+        if len(cache) < CACHE_CAP:
+            return True
+        if self._caps_logged.first(what):
+            logger.warning(
+                "sglang-moe-plugins: %d %s cached, the cap; new keys are selected and bound on every call without "
+                "being cached (and without their INFO line). Do the call shapes change on every call?", CACHE_CAP, what,
+            )
+        return False
 
     def _decide(self, op: str, shape: Any, config: Any, failed: dict[str, str]) -> Selection:
         get_op(op)  # KeyError listing the known ops
@@ -203,49 +232,126 @@ class Selector:
         )
 
     def _log_error_once(self, key: Hashable, plugin: str, message: str, exc: BaseException) -> None:
-        with self._lock:  # several threads may fail on the same key at once: one line
-            if (key, plugin) in self._logged_errors:
-                return
-            self._logged_errors.add((key, plugin))
-        logger.error("sglang-moe-plugins: %s: %s: %s", message, type(exc).__name__, exc, exc_info=exc)
+        if self._errors_logged.first((key, plugin)):  # several threads may fail on the same key at once: one line
+            logger.error("sglang-moe-plugins: %s: %s: %s", message, type(exc).__name__, exc, exc_info=exc)
+
+    # -- binding ------------------------------------------------------------------------------
+    def bind(self, op: str, shape: Any, config: Any) -> BoundOp:
+        """The op bound for this key: plugin, output allocator, launch. Cached per key.
+
+        Raises NoPluginAvailableError when no plugin fits. A ``prepare`` that raises is a run-time
+        failure of its plugin (the policy of :meth:`call`).
+        """
+        key = (op, shape, config)
+        bound = self._bound.get(key)
+        if bound is not None:
+            return bound
+        with self._lock:
+            while True:
+                bound = self._bound.get(key)
+                if bound is not None:
+                    return bound
+                record = self.select(op, shape, config).chosen
+                try:
+                    bound = self._make_bound(op, shape, config, record)
+                except Exception as exc:  # noqa: BLE001 - the failure policy decides
+                    self._on_failure(key, record.name, exc, capturing=False, collective=get_op(op).collective, stage="prepare")
+                    continue
+                if self._fits("bound ops", self._bound):
+                    self._bound[key] = bound
+                return bound
+
+    def _make_bound(self, op: str, shape: Any, config: Any, record: PluginRecord) -> BoundOp:
+        spec = get_op(op)
+        plugin = record.plugin
+        launch = None
+        prepare = getattr(plugin, "prepare", None)
+        if prepare is not None:
+            launch = prepare(shape, config)
+            if launch is not None and not callable(launch):
+                raise TypeError(f"plugin {record.name!r}: prepare() returned {launch!r}; it must return a callable "
+                                "launch(inputs, outputs) or None")
+        prepared = launch is not None
+        if launch is None:
+            run = plugin.run
+
+            def launch(inputs: Any, outputs: Any) -> Any:
+                return run(inputs, outputs, shape, config)
+
+        if spec.output_allocator is not None:
+            allocate = spec.output_allocator(shape, config)
+        else:
+            allocate_outputs = spec.allocate_outputs
+
+            def allocate(device: torch.device) -> Any:
+                return allocate_outputs(shape, config, device)
+
+        config_ = self.registry.config
+        return BoundOp(op, shape, config, record, allocate, launch, prepared, spec.collective,
+                       bool(config_.strict or config_.debug), spec.validate_outputs)
+
+    def remember(self, key: Hashable, bound: BoundOp) -> None:
+        """Keep ``bound`` under a caller's own ``key`` (e.g. the raw arguments of a hooked call), once its
+        outputs were checked. The cache is dropped whenever a plugin is marked failed."""
+        if bound.checked and self._fits("hooked-call keys", self.call_cache):
+            self.call_cache[key] = bound
 
     # -- running ------------------------------------------------------------------------------
-    def dispatch(self, op: str, inputs: Any, shape: Any, config: Any, outputs: Any = None) -> Any:
-        """Select and run; on a plugin failure, fall back to the next one (unless strict or forced)."""
-        spec = get_op(op)
-        key = (op, shape, config)
+    def call(self, bound: BoundOp, inputs: Any, outputs: Any = None, device: torch.device | None = None) -> Any:
+        """Run a bound op and return its outputs: allocate them (unless given), launch, and check them on
+        the key's first call (every call under strict or debug). On a failure, the policy in the module
+        docstring: re-raise, or mark the plugin failed for the key and run the next one."""
+        given = outputs
         if outputs is None:
-            outputs = spec.allocate_outputs(shape, config, _inputs_device(inputs))
-        else:
+            outputs = bound.allocate(device if device is not None else _inputs_device(inputs))
+        try:
+            returned = bound.launch(inputs, outputs)
+            if returned is not None:
+                outputs = returned
+            first = bound._first
+            if first.pending or bound.check_every_call:
+                bound.validate(outputs, bound.shape, bound.config, bound.record.name)
+                first.pending = False
+            return outputs
+        except Exception as exc:  # noqa: BLE001 - the failure policy decides
+            key = (bound.op, bound.shape, bound.config)
+            self._on_failure(key, bound.name, exc, capturing=_capturing(inputs), collective=bound.collective, stage="run")
+        return self.call(self.bind(bound.op, bound.shape, bound.config), inputs, given, device)
+
+    def dispatch(self, op: str, inputs: Any, shape: Any, config: Any, outputs: Any = None) -> Any:
+        """Select, bind and run; on a plugin failure, fall back to the next one (unless strict, forced,
+        collective or capturing)."""
+        if outputs is not None:
             # The caller's outputs are checked before any plugin runs: a wrong buffer is the caller's
             # error and must not be counted as a plugin failure (which would exclude the plugin).
             try:
-                spec.validate_outputs(outputs, shape, config)
+                get_op(op).validate_outputs(outputs, shape, config)
             except OutputValidationError as exc:
                 raise InvalidArgumentError(
                     op, "outputs", type(outputs).__name__, f"buffers as the op's allocate_outputs() makes them ({exc})"
                 ) from None
-        while True:
-            record = self.select(op, shape, config).chosen
-            try:
-                returned = record.plugin.run(inputs, outputs, shape, config)
-                result = outputs if returned is None else returned
-                spec.validate_outputs(result, shape, config, record.name)
-                return result
-            except Exception as exc:  # noqa: BLE001 - fall back to the next plugin
-                if self.strict or self.registry.config.force.get(op) == record.name:
-                    raise
-                if _capturing(inputs):
-                    # Inside CUDA graph capture a fallback would be recorded into the graph after a
-                    # failed attempt, and a failure caused by capture must not exclude the plugin from
-                    # eager calls: re-raise, remember nothing.
-                    self._log_error_once(
-                        ("cuda graph capture", key), record.name,
-                        f"plugin {record.name!r} failed on {op} during CUDA graph capture; no fallback inside capture "
-                        "(select before capturing: run the call once eagerly)", exc,
-                    )
-                    raise
-                self.mark_failed(key, record.name, exc)
+        return self.call(self.bind(op, shape, config), inputs, outputs)
+
+    def _on_failure(self, key: Hashable, plugin: str, exc: Exception, *, capturing: bool, collective: bool, stage: str) -> None:
+        """Re-raise ``exc`` (with a note naming the plugin), or mark ``plugin`` failed for ``key``."""
+        op = key[0] if isinstance(key, tuple) and key else "?"
+        why = None
+        if collective:
+            why = f"op {op!r} is collective: every rank must run the same kernel, so there is no per-rank fallback"
+        elif self.strict:
+            why = "strict = true"
+        elif self.registry.config.force.get(op) == plugin:
+            why = f"force.{op} = {plugin!r}"
+        elif capturing:
+            # Inside CUDA graph capture a fallback would be recorded into the graph after a failed
+            # attempt, and a failure caused by capture must not exclude the plugin from eager calls.
+            why = "inside CUDA graph capture (select before capturing: run the call once eagerly)"
+            self._log_error_once(("cuda graph capture", key), plugin,
+                                 f"plugin {plugin!r} failed on {op} during CUDA graph capture; no fallback inside capture", exc)
+        if why is not None:
+            exc.add_note(f"sglang-moe-plugins: raised by plugin {plugin!r} ({stage}) on op {op!r}; not falling back: {why}")
+            raise exc
+        self.mark_failed(key, plugin, exc)
 
     def mark_failed(self, key: Hashable, plugin: str, exc: BaseException) -> None:
         """Exclude ``plugin`` for ``key`` from now on (logged once with the traceback)."""
@@ -259,6 +365,8 @@ class Selector:
                 return
             failed[plugin] = reason
             self._cache.pop(key, None)
+            self._bound.pop(key, None)
+            self.call_cache.clear()  # a failure is rare: drop every raw-argument key rather than search them
         self._log_error_once(key, plugin, f"plugin {plugin!r} failed on {op}; falling back to the next plugin", exc)
 
     def failed_plugins(self) -> dict[Hashable, dict[str, str]]:
@@ -267,4 +375,5 @@ class Selector:
 
     def cache_info(self) -> dict[str, int]:
         with self._lock:
-            return {"keys": len(self._cache), "decisions": self.decisions, "failed_keys": len(self._failed)}
+            return {"keys": len(self._cache), "decisions": self.decisions, "failed_keys": len(self._failed),
+                    "bound": len(self._bound), "call_keys": len(self.call_cache)}

@@ -20,6 +20,8 @@ class WrongScaleLayoutPlugin(ExampleTorchPlugin):
 
     name = "broken_scale_layout"
 
+    prepare = None  # the example's prepare() would bypass the broken run() below
+
     def run(self, inputs, outputs, shape, config):
         scale = torch.empty(outputs.scale.shape, dtype=outputs.scale.dtype, device=outputs.scale.device)
         super().run(inputs, SiluMulQuantOutputs(outputs.out, scale), shape, config)
@@ -30,6 +32,8 @@ class UnwrittenRowPlugin(ExampleTorchPlugin):
     """Off by one: never writes the last row of an expert (missed whenever an expert is full)."""
 
     name = "broken_unwritten_row"
+
+    prepare = None  # the example's prepare() would bypass the broken run() below
 
     def run(self, inputs, outputs, shape, config):
         if shape.num_experts == 0 or shape.max_rows == 0:
@@ -45,6 +49,8 @@ class AcceptsThenCrashesPlugin(ExampleTorchPlugin):
     """supports() accepts every group-128 call, but run() tiles rows by 4 and crashes when N % 4 != 0."""
 
     name = "broken_accepts_then_crashes"
+
+    prepare = None  # the example's prepare() would bypass the broken run() below
 
     def run(self, inputs, outputs, shape, config):
         e, n = shape.num_experts, shape.max_rows
@@ -93,6 +99,8 @@ class ModifiesInputPlugin(ExampleTorchPlugin):
 
     name = "broken_modifies_input"
 
+    prepare = None  # the example's prepare() would bypass the broken run() below
+
     def run(self, inputs, outputs, shape, config):
         if config.swiglu_limit is not None:
             inputs.gateup[..., shape.hidden:].clamp_(-config.swiglu_limit, config.swiglu_limit)
@@ -103,6 +111,8 @@ class WrongNumericsPlugin(ExampleTorchPlugin):
     """Divides by 440 instead of 448: every fp32 scale is 1.8% too large."""
 
     name = "broken_numerics"
+
+    prepare = None  # the example's prepare() would bypass the broken run() below
 
     def run(self, inputs, outputs, shape, config):
         super().run(inputs, outputs, shape, config)

@@ -147,12 +147,14 @@ def test_sglang_hooked_function_from_16_threads(fresh_selector, keys, caplog):
     api.reload(UserConfig())  # cold cache again for the threaded run
     selector = api.get_selector()
 
-    with caplog.at_level(logging.INFO, logger=LOGGER):
-        got = run_threads(lambda i: hooked(*data[i], 128, 2))
-    for (g, m), (out, scale), (want_out, want_scale) in zip(data, got, expected):
+    with caplog.at_level(logging.INFO, logger=LOGGER):  # 3 calls per thread: the first binds, the others hit
+        got = run_threads(lambda i: [hooked(*data[i], 128, 2) for _ in range(3)])
+    for (g, m), calls, (want_out, want_scale) in zip(data, got, expected):
         real = smq.real_rows(m, g.shape[1])
-        assert same_bytes(out, want_out, real) and torch.equal(scale[real], want_scale[real])
-    assert selector.cache_info()["decisions"] == keys
+        for out, scale in calls:
+            assert same_bytes(out, want_out, real) and torch.equal(scale[real], want_scale[real])
+    info = selector.cache_info()
+    assert (info["decisions"], info["bound"], info["call_keys"]) == (keys, keys, keys)
     assert len(decision_lines(caplog)) == keys
     names = set()
     for g, m in data:

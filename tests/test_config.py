@@ -69,7 +69,7 @@ def test_env_errors(env, needle):
     "text, needle",
     [
         ("stict = true", "unknown key 'stict'"),
-        ("stict = true", "valid keys: strict, disable, enable, priority, force, options"),
+        ("stict = true", "valid keys: strict, debug, disable, enable, priority, force, options"),
         ("strict = 1", "strict in"),
         ('disable = "jit_ep"', "disable in"),
         ('disable = ["nope"]', "unknown plugin 'nope' (disabled by 'disable' in"),
@@ -137,3 +137,50 @@ def test_parse_config_is_pure():
     assert config.disable == frozenset({"a"}) and config.priority["b"] == 3
     with pytest.raises(TypeError):
         config.priority["b"] = 4  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "kind, needle",
+    [
+        ("directory", "is a directory; it must name a TOML file"),
+        ("not-utf8", "not UTF-8 text (byte b'\\xe9' at offset"),
+        ("unreadable", "cannot read the file"),
+    ],
+)
+def test_unreadable_config_path_is_a_config_error(tmp_path, kind, needle):
+    import os
+
+    path = tmp_path / "moe.toml"
+    if kind == "directory":
+        path = tmp_path
+    elif kind == "not-utf8":
+        path.write_bytes(b'disable = ["jit_ep"]\n# caf\xe9\n')
+    else:
+        path.write_text("strict = true\n")
+        path.chmod(0)
+        if os.access(path, os.R_OK):  # running as root: permissions do not stop reading
+            pytest.skip("the file stays readable for this user")
+    with pytest.raises(ConfigError) as info:
+        load_config({"SGLANG_MOE_PLUGINS_CONFIG": str(path)})
+    assert str(info.value).startswith(f"SGLANG_MOE_PLUGINS_CONFIG={str(path)!r}") and needle in str(info.value)
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_strict_requested_also_when_the_configuration_is_invalid(tmp_path):
+    from sglang_moe_plugins.config import strict_requested
+
+    bad = tmp_path / "moe.toml"
+    bad.write_text("strict = true\n[priority\n")
+    assert strict_requested({"SGLANG_MOE_PLUGINS_STRICT": "1", "SGLANG_MOE_PLUGINS_CONFIG": str(bad)})
+    assert strict_requested({"SGLANG_MOE_PLUGINS_STRICT": "maybe"})  # meant something: fail closed
+    assert not strict_requested({"SGLANG_MOE_PLUGINS_STRICT": "0"})
+    assert not strict_requested({"SGLANG_MOE_PLUGINS_CONFIG": str(bad)})  # cannot tell from a broken file
+    good = tmp_path / "good.toml"
+    good.write_text('strict = true\ndisable = ["nope"]\n')  # parses: strict is known, the name error comes later
+    assert strict_requested({"SGLANG_MOE_PLUGINS_CONFIG": str(good)})
+
+
+def test_debug_key_in_file(tmp_path):
+    assert load_config(_write(tmp_path, "debug = true")).debug
+    with pytest.raises(ConfigError, match="debug in .* must be true or false"):
+        load_config(_write(tmp_path, "debug = 1"))

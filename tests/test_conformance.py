@@ -216,6 +216,8 @@ def test_reference_passes_every_check():
     assert report.status == PASSED and report.coverage == "full" and report.seed == 0
     assert [c.name for c in report.checks] == list(CHECKS)
     assert all(c.status == PASSED for c in report.checks), report.summary()
+    prepare = next(c for c in report.checks if c.name == "prepare")  # the reference has no prepare(): allowed
+    assert prepare.checked == 1 and "has no prepare()" in prepare.note
     assert report.cases_run >= 20 and report.cases_failed == 0 and report.first_failure is None
     ran = {c.masked_m for c in report.cases if c.status == PASSED}
     assert {"ragged", "empty"} <= ran
@@ -496,3 +498,49 @@ def _pytest_subprocess(tmp_path, *args):
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), *args],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+
+
+# -- prepare(): the optional launch of a shape key ----------------------------------------------------
+def test_plugin_with_prepare_passes_the_prepare_check():
+    from policy_plugins import PreparedReference
+
+    plugin = PreparedReference()
+    report = run_conformance(plugin, SuiteOptions(**SMALL))
+    assert report.passed, report.summary()
+    check = next(c for c in report.checks if c.name == "prepare")
+    assert check.status == PASSED and check.checked == report.cases_run
+    assert plugin.prepares == 2 * report.cases_run  # twice per key: allowed, and checked
+
+
+class _PrepareDiffers(ReferencePlugin):
+    name = "prepare_differs"
+
+    def prepare(self, shape, config):
+        def launch(inputs, outputs):
+            self.run(inputs, outputs, shape, config)
+            outputs.scale.mul_(2)  # not what run() writes
+
+        return launch
+
+
+class _PrepareOnce(ReferencePlugin):
+    name = "prepare_once"
+
+    def __init__(self):
+        self.keys = set()
+
+    def prepare(self, shape, config):
+        if (shape, config) in self.keys:
+            raise RuntimeError("prepared this key already")
+        self.keys.add((shape, config))
+        return lambda inputs, outputs: self.run(inputs, outputs, shape, config)
+
+
+@pytest.mark.parametrize("plugin, message", [
+    (_PrepareDiffers(), "the launch from prepare() wrote a different scale than run()"),
+    (_PrepareOnce(), "prepare() raised RuntimeError: prepared this key already"),
+], ids=["differs", "once-only"])
+def test_broken_prepare_fails_the_prepare_check(plugin, message):
+    report = run_conformance(plugin, SuiteOptions(**dict(SMALL, random_cases=2)))
+    assert [c.name for c in report.failed_checks] == ["prepare"], report.summary()
+    assert message in report.failed_checks[0].first_failure.error

@@ -184,8 +184,8 @@ def fault_site(tmp_path_factory) -> pathlib.Path:
 
 def _env(site: pathlib.Path | None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
-    if site is not None:
-        env["PYTHONPATH"] = str(site)
+    # This checkout first (the subprocess runs elsewhere, and an editable install may point at another one).
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent)] + ([str(site)] if site is not None else []))
     env.update(extra)
     return env
 
@@ -259,17 +259,22 @@ SGLANG_PROBE = """
         gen = torch.Generator().manual_seed(0)
         gateup = (torch.randn(4, 8, 512, generator=gen) * 3).to(torch.bfloat16)
         masked = torch.tensor([8, 0, 5, 2], dtype=torch.int32)
+        result["errors"] = []
         for _ in range(2):
-            out, scale = runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
-        shape, config = smq.describe(gateup, masked, group_size=128, topk=2)
-        want = smq.allocate_outputs(shape, config, gateup.device)
-        silu_mul_quant_reference(smq.SiluMulQuantInputs(gateup, masked), want, shape, config)
-        real = smq.real_rows(masked, 8)
-        result["match"] = bool(torch.equal(out.view(torch.uint8)[real], want.out.view(torch.uint8)[real])
-                               and torch.equal(scale[real], want.scale[real]))
-        from sglang_moe_plugins import api
-        sel = api.get_selector().explain(smq.OP, shape, config)
-        result["verdicts"] = {c.name: c.verdict for c in sel.candidates}
+            try:
+                out, scale = runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
+            except Exception as exc:
+                result["errors"].append(f"{type(exc).__name__}: {exc}")
+        if not result["errors"]:
+            shape, config = smq.describe(gateup, masked, group_size=128, topk=2)
+            want = smq.allocate_outputs(shape, config, gateup.device)
+            silu_mul_quant_reference(smq.SiluMulQuantInputs(gateup, masked), want, shape, config)
+            real = smq.real_rows(masked, 8)
+            result["match"] = bool(torch.equal(out.view(torch.uint8)[real], want.out.view(torch.uint8)[real])
+                                   and torch.equal(scale[real], want.scale[real]))
+            from sglang_moe_plugins import api
+            sel = api.get_selector().explain(smq.OP, shape, config)
+            result["verdicts"] = {c.name: c.verdict for c in sel.candidates}
     result["records"] = records
     print("RESULT " + json.dumps(result))
 """
@@ -303,8 +308,12 @@ def test_sglang_with_the_fault_distribution_keeps_working(fault_site):
 
 @pytest.mark.sglang
 def test_sglang_with_the_fault_distribution_under_strict(fault_site):
-    """strict: the registry refuses to build, so register() fails; SGLang logs it and runs unhooked."""
+    """strict: the registry refuses to build; register() fails closed: the hooks are installed and every
+    hooked call raises the PluginValidationError (SGLang never runs its own code in their place)."""
     result = _sglang_probe(fault_site, SGLANG_MOE_PLUGINS_STRICT="1")
-    assert result["patched"] == []
-    assert "Failed to execute general plugin: moe_plugins" in result["stderr"]
-    assert "PluginValidationError: strict = true and 2 plugin(s) could not be registered" in result["stderr"]
+    assert any(t.endswith("_varlen_deep_gemm_silu_mul_quant") for t in result["patched"]), result["stderr"][-3000:]
+    assert len(result["errors"]) == 2
+    for error in result["errors"]:
+        assert error.startswith("PluginValidationError: strict = true and 2 plugin(s) could not be registered")
+        assert "fault_missing_dep" in error and "fault_missing_module" in error
+    assert "strict mode: the hooks are installed and every hooked call raises this PluginValidationError" in result["stderr"]

@@ -157,8 +157,10 @@ def test_disable_and_force(make_selector):
     sel = forced.select(smq.OP, shape, config)
     assert sel.chosen.name == "b" and sel.candidate("a").verdict == Verdict.NOT_FORCED
     forced_unsupported = make_selector(a, RecordingPlugin("b", 5, accept=lambda s, c: False), config=parse_config({"force": {"silu_mul_quant": "b"}}))
-    with pytest.raises(NoPluginAvailableError, match=r"force.silu_mul_quant = 'b' is set"):
+    with pytest.raises(NoPluginAvailableError, match=r"^the forced plugin 'b' \(force.silu_mul_quant in the configuration\) "
+                       r"cannot run silu_mul_quant E=4 .*: unsupported: b rejects E=4; the call is not handed") as info:
         forced_unsupported.select(smq.OP, shape, config)
+    assert info.value.forced == "b" and info.value.rejections == (("b", "unsupported: b rejects E=4"),)
 
 
 def test_forced_plugin_failure_is_not_hidden(make_selector):

@@ -15,7 +15,7 @@ pytest.importorskip("sglang")
 
 from sglang_session import SMQ_TARGET, hooked_targets, installed_parameters, loaded_sglang  # noqa: E402
 
-from sglang_moe_plugins import api  # noqa: E402
+from sglang_moe_plugins import InvalidArgumentError, UserConfig, api  # noqa: E402
 from sglang_moe_plugins.catalog import load_catalog  # noqa: E402
 from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
 
@@ -69,20 +69,32 @@ def _catalog_cases():
                 yield pytest.param(model, ep, id=f"{model.short_name}-EP{ep}")
 
 
+@pytest.fixture
+def fresh_selector():
+    """A fresh process-wide selector (default configuration), restored afterwards."""
+    selector = api.reload(UserConfig())
+    yield selector
+    api.reload(UserConfig())
+
+
 @pytest.mark.parametrize("model, ep", list(_catalog_cases()))
-def test_hooked_function_correct_for_catalog(runner, model, ep):
+def test_hooked_function_correct_for_catalog(runner, model, ep, fresh_selector):
     e, d = model.experts // ep, model.inter
     n = 6  # not a multiple of 4
     gateup = gateup_for(e, n, d, seed=ep)
     masked = ragged_masked(e, n, seed=ep)
-    before = api.get_selector().cache_info()["decisions"]
+    real = smq.real_rows(masked, n)
     for limit in (None, 10.0):
         out, scale = call_hooked(runner, gateup, masked, model.topk, swiglu_limit=limit)
         shape, config = smq.describe(gateup, masked, group_size=128, topk=model.topk, swiglu_limit=limit,
                                      scale_layout="row_major" if limit else "column_major")
         smq.validate_outputs(smq.SiluMulQuantOutputs(out, scale), shape, config)
         check_against_fp64(smq.SiluMulQuantInputs(gateup, masked), smq.SiluMulQuantOutputs(out, scale), shape, config)
-    assert api.get_selector().cache_info()["decisions"] >= before
+        again, again_scale = call_hooked(runner, gateup, masked, model.topk, swiglu_limit=limit)  # a known key
+        assert torch.equal(again.view(torch.uint8)[real], out.view(torch.uint8)[real]) and torch.equal(again_scale[real], scale[real])
+        assert (again_scale.shape, again_scale.stride()) == (scale.shape, scale.stride())
+    info = fresh_selector.cache_info()
+    assert (info["decisions"], info["bound"], info["call_keys"]) == (2, 2, 2)  # one per key, never again
 
 
 def test_default_path_layout_matches_sglang_allocator(runner):
@@ -100,10 +112,31 @@ def test_default_path_layout_matches_sglang_allocator(runner):
         assert (ours.out.shape, ours.out.dtype) == (q_host.shape, q_host.dtype)
 
 
-def test_ue8m0_mode_returns_packed_scales(runner, monkeypatch):
+@pytest.fixture
+def host_ue8m0(monkeypatch):
+    """SGLang in DeepGEMM's UE8M0 mode. The hook reads the mode once (SGLang sets it at start-up), so it is
+    told to read it again, here and after the test."""
     from sglang.srt.layers import deep_gemm_wrapper
 
+    from sglang_moe_plugins.integrations.sglang import refresh_host_state
+
     monkeypatch.setattr(deep_gemm_wrapper, "DEEPGEMM_SCALE_UE8M0", True)
+    refresh_host_state()
+    yield
+    monkeypatch.undo()
+    refresh_host_state()
+
+
+def test_ue8m0_mode_is_read_once(runner, host_ue8m0, monkeypatch):
+    from sglang.srt.layers import deep_gemm_wrapper
+
+    gateup, masked = gateup_for(8, 8, 1536, seed=9), ragged_masked(8, 8, seed=9)
+    assert call_hooked(runner, gateup, masked, 6)[1].dtype == torch.int32
+    monkeypatch.setattr(deep_gemm_wrapper, "DEEPGEMM_SCALE_UE8M0", False)  # not re-read on every call
+    assert call_hooked(runner, gateup, masked, 6)[1].dtype == torch.int32
+
+
+def test_ue8m0_mode_returns_packed_scales(runner, host_ue8m0):
     gateup = gateup_for(8, 6, 1536, seed=4)
     masked = ragged_masked(8, 6, seed=4)
     for limit in (None, 10.0):
@@ -160,12 +193,49 @@ def test_gemm1_alpha_goes_to_the_original(runner):
     assert api.get_selector().cache_info()["decisions"] == before
 
 
-def test_invalid_call_is_handed_to_sglang(runner):
-    gateup = gateup_for(2, 4, 256, seed=8).float()  # fp32 input: not modelled by the op
+def test_invalid_call_raises_our_error(runner):
+    """An invalid call is not handed to SGLang (whose assertions would name something else): it raises
+    InvalidArgumentError naming the argument (more cases: test_failure_policy.py)."""
+    gateup = gateup_for(2, 4, 256, seed=8).float()
     masked = ragged_masked(2, 4, seed=8)
-    with pytest.raises(Exception) as info:
+    with pytest.raises(InvalidArgumentError, match=r"^silu_mul_quant: invalid argument gateup.dtype=torch.float32; allowed: torch.bfloat16$"):
         call_hooked(runner, gateup, masked, 2)
-    assert "silu_mul_quant: invalid argument" not in str(info.value)
+
+
+def test_positional_and_keyword_calls_share_one_bound_op(runner, fresh_selector):
+    gateup, masked = gateup_for(3, 8, 512, seed=10), ragged_masked(3, 8, seed=10)
+    names = ("gateup_output", "masked_m", "group_size", "topk", "swiglu_limit", "swizzle", "gemm1_alpha",
+             "gemm1_clamp_limit", "num_real_tokens", "silu_mul_keep_fp32")
+    values = (gateup, masked, 128, 2, 10.0, False, None, None, 5, False)
+    shape, config = smq.describe(gateup, masked, group_size=128, topk=2, swiglu_limit=10.0, scale_layout="row_major")
+    for split in (10, 0, 4, 2, 5):  # positional, keyword, mixed, as SGLang calls it, defaults left out below
+        args, kwargs = values[:split], dict(zip(names[split:], values[split:]))
+        if split == 5:
+            kwargs = {"num_real_tokens": 5}
+        out, scale = runner._varlen_deep_gemm_silu_mul_quant(*args, **kwargs)
+        check_against_fp64(smq.SiluMulQuantInputs(gateup, masked), smq.SiluMulQuantOutputs(out, scale), shape, config)
+    info = fresh_selector.cache_info()
+    assert (info["decisions"], info["bound"], info["call_keys"]) == (1, 1, 1)
+    with pytest.raises(TypeError):  # not a call of the host function: SGLang's own TypeError
+        runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2, swizle=True)
+
+
+def test_nine_parameter_host_signature(fresh_selector):
+    """SGLang 0.5.16-0.5.20's function has no silu_mul_keep_fp32; the same hook serves it (wrapped the way
+    SGLang's HookRegistry wraps a target)."""
+    from sglang_moe_plugins.integrations.sglang import silu_mul_quant_hook
+
+    def host(gateup_output, masked_m, group_size, topk, swiglu_limit=None, swizzle=False, gemm1_alpha=None,
+             gemm1_clamp_limit=None, num_real_tokens=None):
+        raise AssertionError("a modelled call reached the original")
+
+    gateup, masked = gateup_for(2, 4, 256, seed=11), ragged_masked(2, 4, seed=11)
+    for args, kwargs in (((gateup, masked, 128, 2, 10.0, False, None, None, 3), {}),
+                         ((gateup, masked), dict(group_size=128, topk=2, swiglu_limit=10.0, swizzle=False, gemm1_alpha=None,
+                                                 gemm1_clamp_limit=None, num_real_tokens=3))):
+        out, scale = silu_mul_quant_hook(host, *args, **kwargs)
+        assert out.shape == (2, 4, 256) and scale.shape == (2, 4, 2) and scale.stride() == (8, 2, 1)
+    assert fresh_selector.cache_info()["call_keys"] == 1
 
 
 def _run_python(code: str, **env: str) -> subprocess.CompletedProcess:

@@ -9,18 +9,31 @@ SGLang's ``HookRegistry`` on the host functions of the version table below, and 
 The version table and the rule for releases it does not list live in :mod:`.sglang_versions`
 (re-exported here): a known release's targets are hooked when they resolve with the table's
 parameters; a newer release when all its targets match the newest release's (one warning); otherwise
-one warning says why, ``doctor`` shows it, and SGLang runs unchanged. Calls our ops do not model (e.g. ``gemm1_alpha``) go to the original function.
+one warning says why, ``doctor`` shows it, and SGLang runs unchanged.
+
+Failure policy (docs/reliability.md): invalid arguments raise InvalidArgumentError, a call no plugin
+can run (a forced plugin that cannot run it included) raises NoPluginAvailableError; only the calls
+the ops do not model by design go to SGLang's original function, logged once per kind
+(``gemm1_alpha`` / ``gemm1_clamp_limit``, ``masked_m=None``, MegaMoE calls the adapter leaves to SGLang).
+An invalid configuration under strict mode installs hooks that raise the configuration error.
+
+The ``silu_mul_quant`` hook binds once per shape key: a call whose raw arguments (tensor shapes, dtypes,
+devices, contiguity, flags and their types, the host's UE8M0 mode) were seen before goes straight to
+its bound op (no argument checks, no selection), since every check that does not read tensor data is
+decided by those arguments.
 """
 
 from __future__ import annotations
 
-import inspect
+import functools
+import itertools
 import logging
 import threading
 from typing import Any, Callable
 
 from .. import api
-from ..errors import ConfigError, InvalidArgumentError, MoEPluginsError, NoPluginAvailableError
+from ..config import strict_requested
+from ..errors import ConfigError, MoEPluginsError
 from ..ops import silu_mul_quant as smq
 from .sglang_versions import (
     KNOWN_TARGETS,
@@ -46,6 +59,7 @@ __all__ = [
     "hook_status",
     "silu_mul_quant_hook",
     "mega_moe_hook",
+    "refresh_host_state",
 ]
 
 logger = logging.getLogger(__name__)
@@ -57,10 +71,26 @@ _SMQ_PARAMS = (
 )
 
 
+class _CallCounter:
+    """Calls of one hook: ``next()`` on an ``itertools.count`` is atomic (one C call under the GIL), so
+    counting takes no lock on the hot path."""
+
+    __slots__ = ("_count", "hit")
+
+    def __init__(self) -> None:
+        self._count = itertools.count()
+        self.hit = functools.partial(next, self._count)
+
+    @property
+    def value(self) -> int:
+        return int(repr(self._count)[len("count("):-1])  # the next value: how many hits so far
+
+
 _state_lock = threading.Lock()
 _last_checks: tuple[TargetCheck, ...] = ()
 _registered = False
-_calls: dict[str, int] = {}
+_calls: dict[str, _CallCounter] = {"silu_mul_quant": _CallCounter(), "mega_moe": _CallCounter()}
+#: Kinds of unmodelled calls already logged (a fixed, small set: never argument values).
 _delegations_logged: set[str] = set()
 
 
@@ -68,20 +98,31 @@ _HOOKS: dict[str, Callable[..., Any]] = {}
 
 
 def register() -> None:
-    """Entry point ``sglang.srt.plugins: moe_plugins``, run by SGLang's ``load_plugins()``."""
+    """Entry point ``sglang.srt.plugins: moe_plugins``, run by SGLang's ``load_plugins()``.
+
+    An invalid configuration (or, under strict, a plugin that cannot be registered) turns the package
+    off with one ERROR line and is re-raised (SGLang logs it and runs its own code). Under strict
+    (``SGLANG_MOE_PLUGINS_STRICT=1`` or ``strict = true``) it fails closed instead: the hooks are
+    installed anyway and every hooked call raises that error, so a server's warm-up fails at once.
+    """
     global _last_checks, _registered
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     try:
         selector = api.get_selector()  # validates the user config now, not on the first MoE call
-    except ConfigError as exc:
-        logger.error("sglang-moe-plugins is NOT active: invalid configuration: %s", exc)
-        raise
-    except MoEPluginsError as exc:  # strict mode: a plugin that cannot be registered
-        logger.error("sglang-moe-plugins is NOT active: %s", exc)
-        raise
-    for note in selector.registry.config.notes:
-        logger.log(logging.WARNING if note.startswith("legacy") else logging.INFO, "sglang-moe-plugins: %s", note)
+    except MoEPluginsError as exc:  # ConfigError, or a strict registry that cannot register a plugin
+        if not strict_requested():
+            logger.error("sglang-moe-plugins is NOT active: %s%s", "invalid configuration: " if _is_config_error(exc) else "", exc)
+            raise
+        logger.error(
+            "sglang-moe-plugins: %s%s; strict mode: the hooks are installed and every hooked call raises this %s",
+            "invalid configuration: " if _is_config_error(exc) else "", exc, type(exc).__name__,
+        )
+        failing = {op: _failing_hook(op, exc) for op in _HOOKS}
+    else:
+        failing = None
+        for note in selector.registry.config.notes:
+            logger.log(logging.WARNING if note.startswith("legacy") else logging.INFO, "sglang-moe-plugins: %s", note)
     case = version_case()
     with _state_lock:
         _last_checks = case.checks
@@ -93,11 +134,25 @@ def register() -> None:
             if case.case == "known":
                 logger.warning("sglang-moe-plugins: not hooking %s: %s", check.path, check.reason)
             continue
-        HookRegistry.register(check.path, target.hook_function(), HookType.AROUND)
+        hook = target.hook_function() if failing is None else failing[check.op]
+        HookRegistry.register(check.path, hook, HookType.AROUND)
         hooked.append(target)
         logger.info("sglang-moe-plugins: hooked %s (op %s)", check.path, check.op)
     set_active_targets(tuple(hooked))
     _registered = True
+
+
+def _is_config_error(exc: BaseException) -> bool:
+    return isinstance(exc, ConfigError)
+
+
+def _failing_hook(op: str, error: MoEPluginsError) -> Callable[..., Any]:
+    def failing(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        _count(op)
+        raise error.with_traceback(None)
+
+    failing.__name__ = f"{op}_hook_failing_closed"
+    return failing
 
 
 def hook_status() -> dict[str, Any]:
@@ -106,85 +161,111 @@ def hook_status() -> dict[str, Any]:
         return {
             "registered": _registered,
             "targets": [c.__dict__ for c in _last_checks],
-            "calls": dict(_calls),
+            "calls": {op: counter.value for op, counter in _calls.items() if counter.value},
         }
 
 
 def _count(op: str) -> None:
-    with _state_lock:
-        _calls[op] = _calls.get(op, 0) + 1
+    _calls[op].hit()
 
 
-def _delegate(op: str, why: str, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    if why not in _delegations_logged:
-        _delegations_logged.add(why)
-        logger.info("sglang-moe-plugins: %s call handed to SGLang's original function: %s", op, why)
+def _delegate(op: str, kind: str, detail: str, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """Hand an unmodelled call to SGLang's original function; logged once per ``kind``."""
+    if kind not in _delegations_logged:
+        with _state_lock:
+            first = kind not in _delegations_logged
+            _delegations_logged.add(kind)
+        if first:
+            logger.info("sglang-moe-plugins: %s calls with %s are not modelled: handed to SGLang's original function "
+                        "(logged once)", op, detail)
     return original(*args, **kwargs)
 
 
-_SMQ_SIGNATURE = inspect.Signature(
-    [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in _SMQ_PARAMS[:4]]
-    + [
-        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default)
-        for name, default in zip(_SMQ_PARAMS[4:], (None, False, None, None, None, False))
-    ]
-)
+# -- silu_mul_quant ---------------------------------------------------------------------------------
+def _smq_arguments(gateup_output, masked_m, group_size, topk, swiglu_limit=None, swizzle=False, gemm1_alpha=None,
+                   gemm1_clamp_limit=None, num_real_tokens=None, silu_mul_keep_fp32=False):  # noqa: ANN001, ANN202
+    """The host function's parameters (SGLang 0.5.23; 0.5.16-0.5.20 lack the last one, and never pass it),
+    bound by the interpreter itself: positional or keyword, with the host's defaults."""
+    return (gateup_output, masked_m, group_size, topk, swiglu_limit, swizzle, gemm1_alpha, gemm1_clamp_limit,
+            num_real_tokens, silu_mul_keep_fp32)
+
+
+_host_ue8m0: bool | None = None
 
 
 def _scale_ue8m0() -> bool:
-    from sglang.srt.layers import deep_gemm_wrapper
+    """SGLang's DeepGEMM UE8M0 scale mode, read on the first call and kept (see refresh_host_state)."""
+    global _host_ue8m0
+    if _host_ue8m0 is None:
+        try:
+            from sglang.srt.layers import deep_gemm_wrapper
+        except ImportError:  # outside SGLang (benchmarks, tests): fp32 scales
+            _host_ue8m0 = False
+        else:
+            _host_ue8m0 = bool(deep_gemm_wrapper.DEEPGEMM_SCALE_UE8M0)
+    return _host_ue8m0
 
-    return bool(deep_gemm_wrapper.DEEPGEMM_SCALE_UE8M0)
+
+def refresh_host_state() -> None:
+    """Read SGLang's UE8M0 mode again on the next call (it is read once: SGLang sets it at start-up)."""
+    global _host_ue8m0
+    _host_ue8m0 = None
+
+
+_smq_calls = _calls[smq.OP].hit
 
 
 def silu_mul_quant_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """AROUND hook of ``_varlen_deep_gemm_silu_mul_quant``: same arguments, same return value."""
-    _count(smq.OP)
-    a = _SMQ_SIGNATURE.bind(*args, **kwargs)
-    a.apply_defaults()
-    p = a.arguments
-    if p["gemm1_alpha"] is not None or p["gemm1_clamp_limit"] is not None:
-        return _delegate(smq.OP, "gemm1_alpha / gemm1_clamp_limit (gpt-oss activation) is not modelled", original, args, kwargs)
-    if p["masked_m"] is None:
-        return _delegate(smq.OP, "masked_m is None", original, args, kwargs)
+    _smq_calls()
+    try:
+        g, m, group_size, topk, limit, swizzle, alpha, clamp, real_tokens, keep = _smq_arguments(*args, **kwargs)
+    except TypeError:  # not a valid call of the host function: let the host say so
+        return original(*args, **kwargs)
+    if alpha is not None or clamp is not None:
+        return _delegate(smq.OP, "gemm1_alpha", "gemm1_alpha / gemm1_clamp_limit (the gpt-oss activation)", original, args, kwargs)
+    if m is None:
+        return _delegate(smq.OP, "masked_m=None", "masked_m=None", original, args, kwargs)
+    ue8m0 = _host_ue8m0 if _host_ue8m0 is not None else _scale_ue8m0()
+    selector = api.current_selector()
+    try:
+        # Everything describe() checks that does not read tensor data; types too (True == 1 == 1.0).
+        key = (g.shape, g.dtype, g.device, g.is_contiguous(), m.shape, m.dtype, m.device, m.is_contiguous(),
+               group_size, group_size.__class__, topk, topk.__class__, limit, limit.__class__, swizzle,
+               swizzle.__class__, keep, keep.__class__, ue8m0)
+        bound = selector.call_cache.get(key)
+    except (AttributeError, TypeError):  # not tensors, or unhashable arguments: describe() says what is wrong
+        key = bound = None
+    if bound is not None:
+        outputs = selector.call(bound, smq.SiluMulQuantInputs(g, m, real_tokens, True), device=key[2])
+        return outputs.out, outputs.scale
+    # First call of this key (or past the cache's cap): check, select, bind. Raises InvalidArgumentError
+    # for invalid arguments and NoPluginAvailableError when no plugin can run the call.
     # The layout the host itself returns on this call's branch, per release (sglang_versions.SmqHost).
-    layout = active_target(smq.OP).host.scale_layout(p, _scale_ue8m0())
-    try:
-        shape, config = smq.describe(
-            p["gateup_output"], p["masked_m"], group_size=p["group_size"], topk=p["topk"],
-            swiglu_limit=p["swiglu_limit"], swizzle=p["swizzle"], scale_layout=layout,
-            keep_fp32=p["silu_mul_keep_fp32"],
-        )
-    except InvalidArgumentError as exc:
-        return _delegate(smq.OP, str(exc), original, args, kwargs)
-    inputs = smq.SiluMulQuantInputs(p["gateup_output"], p["masked_m"], p["num_real_tokens"], gateup_writable=True)
-    selector = api.get_selector()
-    try:
-        outputs = selector.dispatch(smq.OP, inputs, shape, config)
-    except NoPluginAvailableError as exc:
-        if selector.strict:
-            raise
-        return _delegate(smq.OP, f"no enabled plugin supports it ({exc.rejections})", original, args, kwargs)
+    layout = active_target(smq.OP).host.scale_layout(
+        {"swiglu_limit": limit, "swizzle": swizzle, "silu_mul_keep_fp32": keep}, ue8m0
+    )
+    shape, config = smq.describe(g, m, group_size=group_size, topk=topk, swiglu_limit=limit, swizzle=swizzle,
+                                 scale_layout=layout, keep_fp32=keep)
+    outputs = selector.call(selector.bind(smq.OP, shape, config), smq.SiluMulQuantInputs(g, m, real_tokens, True))
+    if key is not None:
+        selector.remember(key, selector.bind(smq.OP, shape, config))
     return outputs.out, outputs.scale
 
 
+# -- mega_moe ---------------------------------------------------------------------------------------
 def mega_moe_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """AROUND hook of ``run_mega_routed_experts``: same arguments, same return value."""
     _count("mega_moe")
     try:
         from . import mega_adapter
     except ImportError as exc:
-        return _delegate("mega_moe", f"mega adapter unavailable: {exc}", original, args, kwargs)
+        return _delegate("mega_moe", "mega adapter", f"the mega adapter unavailable ({exc})", original, args, kwargs)
     call = mega_adapter.build_call(*args, **kwargs)
-    if call is None:
-        return _delegate("mega_moe", "call not modelled by the mega_moe op", original, args, kwargs)
-    selector = api.get_selector()
-    try:
-        outputs = selector.dispatch("mega_moe", call.inputs, call.shape, call.config, outputs=call.allocate_outputs())
-    except NoPluginAvailableError as exc:
-        if selector.strict:
-            raise
-        return _delegate("mega_moe", f"no enabled plugin supports it ({exc.rejections})", original, args, kwargs)
+    if call is None:  # the adapter logs the precise reason once
+        return _delegate("mega_moe", "mega unmodelled", "arguments the mega_moe op does not model", original, args, kwargs)
+    # NoPluginAvailableError propagates: never handed to SGLang silently.
+    outputs = api.current_selector().dispatch("mega_moe", call.inputs, call.shape, call.config, outputs=call.allocate_outputs())
     return call.result(outputs)
 
 

@@ -69,10 +69,11 @@ class SmqHost:
 
     def scale_layout(self, arguments: Mapping[str, Any], ue8m0: bool) -> str:
         """The op's ``scale_layout`` for a call with these (bound) arguments."""
-        if ue8m0:
-            return "ue8m0_packed"
+        from ..ops.silu_mul_quant import host_scale_layout
+
         jit = any(arguments.get(name) not in (None, False) for name in self.jit_arguments)
-        return "row_major" if jit else self.default_layout
+        # A release whose default path returns row-major scales (0.5.16) is the DSV4 branch's layout.
+        return host_scale_layout(jit or self.default_layout == "row_major", ue8m0)
 
 
 @dataclass(frozen=True)

@@ -5,25 +5,12 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
+from . import mega_moe, silu_mul_quant
 from .base import OpSpec
 
 __all__ = ["OPS", "OpSpec", "get_op"]
 
-
-def _load() -> Mapping[str, OpSpec]:
-    from . import silu_mul_quant
-
-    specs = {silu_mul_quant.SPEC.name: silu_mul_quant.SPEC}
-    try:
-        from . import mega_moe
-    except ImportError:  # pragma: no cover - only while the module is being written
-        pass
-    else:
-        specs[mega_moe.SPEC.name] = mega_moe.SPEC
-    return MappingProxyType(specs)
-
-
-OPS: Mapping[str, OpSpec] = _load()
+OPS: Mapping[str, OpSpec] = MappingProxyType({spec.name: spec for spec in (silu_mul_quant.SPEC, mega_moe.SPEC)})
 
 
 def get_op(name: str) -> OpSpec:

@@ -10,15 +10,16 @@ __all__ = ["OpSpec"]
 
 @dataclass(frozen=True)
 class OpSpec:
-    """Describes one op: its value types and the checks that the selector runs around a plugin."""
+    """Describes one op: how its outputs are made and checked, and how the selector treats failures."""
 
     name: str
-    summary: str
-    shape_type: type
-    config_type: type
-    inputs_type: type
-    outputs_type: type
     #: ``allocate_outputs(shape, config, device) -> outputs``
     allocate_outputs: Callable[..., Any]
     #: ``validate_outputs(outputs, shape, config, plugin) -> None``; raises OutputValidationError.
     validate_outputs: Callable[..., None]
+    #: ``output_allocator(shape, config) -> (device -> outputs)``: sizes, strides and dtypes worked out
+    #: once per shape key, so that a call only allocates. None: ``allocate_outputs`` on every call.
+    output_allocator: Callable[..., Callable[[Any], Any]] | None = None
+    #: Every rank runs the op's kernel together (a collective): a plugin that fails at run time is
+    #: never replaced by another plugin on one rank only; the error is raised on that rank.
+    collective: bool = False

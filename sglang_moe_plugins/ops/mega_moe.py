@@ -339,13 +339,4 @@ def validate_outputs(outputs: MegaMoEOutputs, shape: MegaMoEShape, config: MegaM
         raise OutputValidationError(f"{who} returned y.stride()={tuple(y.stride())}, the host requires contiguous")
 
 
-SPEC = OpSpec(
-    name=OP,
-    summary="MegaMoE routed experts: pre-dispatch quantization + DeepGEMM fused MoE (W4A8, W4A4, SM90 FP8)",
-    shape_type=MegaMoEShape,
-    config_type=MegaMoEConfig,
-    inputs_type=MegaMoEInputs,
-    outputs_type=MegaMoEOutputs,
-    allocate_outputs=allocate_outputs,
-    validate_outputs=validate_outputs,
-)
+SPEC = OpSpec(name=OP, allocate_outputs=allocate_outputs, validate_outputs=validate_outputs, collective=True)

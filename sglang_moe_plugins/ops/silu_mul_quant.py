@@ -36,7 +36,7 @@ Results defined for data that :func:`describe` cannot check without a host sync 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Callable, Literal
 
 import torch
 
@@ -54,7 +54,9 @@ __all__ = [
     "SiluMulQuantInputs",
     "SiluMulQuantOutputs",
     "describe",
+    "host_scale_layout",
     "allocate_outputs",
+    "output_allocator",
     "validate_outputs",
     "expected_scale_strides",
     "scale_to_float",
@@ -213,6 +215,19 @@ def describe(
     return shape, config
 
 
+def host_scale_layout(dsv4_branch: bool, ue8m0: bool) -> ScaleLayout:
+    """The scale layout SGLang's ``_varlen_deep_gemm_silu_mul_quant`` returns on a call.
+
+    ``dsv4_branch``: the call takes the DSV4 JIT branch (``swiglu_limit``, ``swizzle`` or
+    ``silu_mul_keep_fp32`` set); ``ue8m0``: DeepGEMM's UE8M0 scale mode
+    (``deep_gemm_wrapper.DEEPGEMM_SCALE_UE8M0``). UE8M0 scales are packed on both branches; otherwise
+    the DSV4 branch returns row-major fp32 and the default branch TMA-aligned column-major fp32.
+    """
+    if ue8m0:
+        return "ue8m0_packed"
+    return "row_major" if dsv4_branch else "column_major"
+
+
 def expected_scale_strides(shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``(shape, strides)`` of the scale tensor for this layout."""
     e, n, g = shape.num_experts, shape.max_rows, shape.num_groups
@@ -225,16 +240,25 @@ def expected_scale_strides(shape: SiluMulQuantShape, config: SiluMulQuantConfig)
     return (e, n, gp), (gp * na, 1, na)
 
 
+def output_allocator(shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> Callable[[torch.device], SiluMulQuantOutputs]:
+    """``allocate(device) -> outputs``: sizes, strides and dtypes worked out now, once per shape key;
+    each call of ``allocate`` only makes the two empty tensors."""
+    out_size = (shape.num_experts, shape.max_rows, shape.hidden)
+    sizes, strides = expected_scale_strides(shape, config)
+    scale_dtype = torch.int32 if config.scale_ue8m0 else torch.float32
+    empty, empty_strided, fp8 = torch.empty, torch.empty_strided, torch.float8_e4m3fn
+
+    def allocate(device: torch.device) -> SiluMulQuantOutputs:
+        # empty_strided sizes the storage for the strided view (column-major layouts pad N to Na).
+        return SiluMulQuantOutputs(empty(out_size, dtype=fp8, device=device),
+                                   empty_strided(sizes, strides, dtype=scale_dtype, device=device))
+
+    return allocate
+
+
 def allocate_outputs(shape: SiluMulQuantShape, config: SiluMulQuantConfig, device: torch.device) -> SiluMulQuantOutputs:
     """Empty outputs in the layout the config asks for."""
-    e, n, d = shape.num_experts, shape.max_rows, shape.hidden
-    out = torch.empty((e, n, d), dtype=torch.float8_e4m3fn, device=device)
-    sizes, strides = expected_scale_strides(shape, config)
-    dtype = torch.int32 if config.scale_ue8m0 else torch.float32
-    # Storage big enough for the strided view: the column-major layouts pad N to Na.
-    storage = max(1, 1 + sum((s - 1) * st for s, st in zip(sizes, strides))) if all(sizes) else 0
-    scale = torch.empty(storage, dtype=dtype, device=device).as_strided(sizes, strides)
-    return SiluMulQuantOutputs(out, scale)
+    return output_allocator(shape, config)(device)
 
 
 def validate_outputs(
@@ -303,13 +327,4 @@ def dequantize(outputs: SiluMulQuantOutputs, shape: SiluMulQuantShape, config: S
     return (grouped * scales.unsqueeze(-1)).reshape(e, n, d)
 
 
-SPEC = OpSpec(
-    name=OP,
-    summary="masked SwiGLU (+ swiglu_limit, + gran-8 swizzle) then per-token-group FP8 e4m3 quantization",
-    shape_type=SiluMulQuantShape,
-    config_type=SiluMulQuantConfig,
-    inputs_type=SiluMulQuantInputs,
-    outputs_type=SiluMulQuantOutputs,
-    allocate_outputs=allocate_outputs,
-    validate_outputs=validate_outputs,
-)
+SPEC = OpSpec(name=OP, allocate_outputs=allocate_outputs, validate_outputs=validate_outputs, output_allocator=output_allocator)

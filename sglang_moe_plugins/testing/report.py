@@ -39,6 +39,7 @@ CHECKS: dict[str, str] = {
     "inputs_unchanged": "run() leaves its inputs unchanged (unless the caller marks gateup writable)",
     "rows_written": "every real row of the outputs is written (outputs poisoned first)",
     "numerics": "outputs within the documented tolerance policy of an independent fp64 computation",
+    "prepare": "a plugin with prepare(): calling it twice for one key works, and its launch gives run()'s outputs",
 }
 
 

@@ -270,7 +270,57 @@ def _execute(
         failures.append(checks.fail("numerics", case, mismatch))
     else:
         checks.ok("numerics")
+    if callable(getattr(plugin, "prepare", None)):
+        failures += _check_prepare(plugin, adapter, case, device, checks, result)
     return failures
+
+
+def _tensors(outputs: Any) -> list[tuple[str, torch.Tensor]]:
+    if dataclasses.is_dataclass(outputs):
+        return [(f.name, getattr(outputs, f.name)) for f in dataclasses.fields(outputs)
+                if isinstance(getattr(outputs, f.name), torch.Tensor)]
+    return []
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The bytes of ``t`` in row-major order, whatever its strides (NaN compares equal to itself)."""
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t).reshape(-1).view(torch.uint8)
+
+
+def _check_prepare(plugin: Any, adapter: OpConformance, case: SuiteCase, device: torch.device, checks: _Checks,
+                   run_result: Any) -> list[CaseFailure]:
+    """``prepare(shape, config)`` twice for the key (allowed), then the second launch on the same inputs as
+    run(), into outputs poisoned the same way: every output tensor must equal run()'s bit for bit."""
+    try:
+        first = plugin.prepare(case.shape, case.config)
+        launch = plugin.prepare(case.shape, case.config)
+    except Exception as exc:  # noqa: BLE001 - the finding
+        return [checks.fail("prepare", case, f"prepare() raised {_error_text(exc)} for a case supports() accepted")]
+    if first is None and launch is None:
+        checks.ok("prepare")  # None: the plugin's run() is used for this key
+        return []
+    if not callable(launch) or (first is not None and not callable(first)):
+        return [checks.fail("prepare", case, f"prepare() returned {launch!r}; it must return launch(inputs, outputs) or None")]
+    inputs = adapter.make_inputs(case, device)
+    outputs = adapter.allocate_outputs(case, inputs, device)
+    adapter.poison(outputs)
+    try:
+        returned = launch(inputs, outputs)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Exception as exc:  # noqa: BLE001
+        return [checks.fail("prepare", case, f"the launch from prepare() raised {_error_text(exc)}; run() did not")]
+    result = outputs if returned is None else returned
+    want = dict(_tensors(run_result))
+    for name, got in _tensors(result):
+        ref = want.get(name)
+        same = ref is not None and got.shape == ref.shape and got.dtype == ref.dtype and (
+            got.numel() == 0 or torch.equal(_bits(got), _bits(ref)))
+        if not same:
+            return [checks.fail("prepare", case, f"the launch from prepare() wrote a different {name} than run() on the same "
+                                                 "inputs (compared bit for bit, outputs poisoned alike)")]
+    checks.ok("prepare")
+    return []
 
 
 def _short(case: SuiteCase) -> str:
@@ -428,8 +478,11 @@ def run_conformance(
         checks.notes["supports_cheap"] = (f"median {median:.1f} us, slowest {slowest:.1f} us after the first call ({timings[0]:.1f} us); "
                                           f"budget {budget:.0f} us median, {options.supports_limit_us:.0f} us per call")
     if adapter.coverage != FULL:
-        for key in ("run_no_crash", "output_layout", "inputs_unchanged", "rows_written", "numerics"):
+        for key in ("run_no_crash", "output_layout", "inputs_unchanged", "rows_written", "numerics", "prepare"):
             checks.notes[key] = "not exercised: " + adapter.note
+    if not callable(getattr(plugin, "prepare", None)):
+        checks.ok("prepare")  # optional: a plugin without it satisfies the contract
+        checks.notes.setdefault("prepare", "the plugin has no prepare(): run() is called on every call (allowed)")
     rejected = sum(1 for r in results if r.status == "rejected")
     probed = sum(1 for r in results if r.status == "probed")
     checks.notes.setdefault("supports_answer", f"{len(drawn) - rejected} accepted, {rejected} rejected")

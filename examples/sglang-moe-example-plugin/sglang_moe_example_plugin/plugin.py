@@ -17,7 +17,7 @@ CPU-only host it is therefore the plugin selected for the calls it supports.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -39,6 +39,10 @@ _GROUP_SIZE = 128
 def _bf16(value: float) -> float:
     """``value`` rounded to bf16: the host's kernels clamp with a bf16 limit."""
     return float(torch.tensor(value, dtype=torch.float32).to(torch.bfloat16).float())
+
+
+def _nothing(inputs: SiluMulQuantInputs, outputs: SiluMulQuantOutputs) -> None:
+    """The launch of an empty call (E = 0 or N = 0): nothing to write."""
 
 
 def _ceil_pow2_exponent(scale: torch.Tensor) -> torch.Tensor:
@@ -72,15 +76,30 @@ class ExampleTorchPlugin(Plugin):
             return Support.no(f"runs on CPU and CUDA, not on {config.platform.describe()}")
         return Support.yes(f"vectorised torch, group {_GROUP_SIZE}, scales {config.scale_layout}")
 
+    def prepare(self, shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]:
+        """Optional: the launch for one shape key, worked out once (here the expert chunks from the
+        ``chunk_experts`` option). Called once per key before its first call, possibly again (it must not
+        mind); it sees only the shape and config, never a tensor. Without ``prepare`` the host calls
+        ``run`` on every call, which works too."""
+        return self._launch(shape, config)
+
     def run(self, inputs: SiluMulQuantInputs, outputs: SiluMulQuantOutputs, shape: SiluMulQuantShape,
             config: SiluMulQuantConfig) -> None:
-        e, n = shape.num_experts, shape.max_rows
-        if e == 0 or n == 0:
-            return
+        self._launch(shape, config)(inputs, outputs)
+
+    def _launch(self, shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]:
+        e = shape.num_experts
+        if e == 0 or shape.max_rows == 0:
+            return _nothing
         chunk = int(self.options.get("chunk_experts", 0)) or e
-        for start in range(0, e, chunk):
-            stop = min(e, start + chunk)
-            self._run_experts(inputs.gateup[start:stop], outputs, start, stop, shape, config)
+        spans = tuple((start, min(e, start + chunk)) for start in range(0, e, chunk))
+        run_experts = self._run_experts
+
+        def launch(inputs: SiluMulQuantInputs, outputs: SiluMulQuantOutputs) -> None:
+            for start, stop in spans:
+                run_experts(inputs.gateup[start:stop], outputs, start, stop, shape, config)
+
+        return launch
 
     def _run_experts(self, gateup: torch.Tensor, outputs: SiluMulQuantOutputs, start: int, stop: int,
                      shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> None:

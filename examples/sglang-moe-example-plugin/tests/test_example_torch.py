@@ -60,3 +60,27 @@ def test_chunked_run_matches_the_policy(layout):
     plugin.run(smq.SiluMulQuantInputs(gateup, masked), outputs, shape, config)
     smq.validate_outputs(outputs, shape, config)
     check_against_fp64(smq.SiluMulQuantInputs(gateup, masked), outputs, shape, config)
+
+
+def test_prepare_gives_the_launch_of_a_key():
+    """The conformance suite checks prepare() (its 'prepare' check); here: the launch is what run() does,
+    and a selector binds the plugin through it (run is not called per call)."""
+    from sglang_moe_plugins import Selector, UserConfig
+
+    gen = torch.Generator().manual_seed(3)
+    gateup = (torch.randn(3, 4, 2 * 256, generator=gen) * 4).to(torch.bfloat16)
+    masked = torch.tensor([4, 0, 3], dtype=torch.int32)
+    shape, config = smq.describe(gateup, masked, group_size=128, topk=2)
+    inputs = smq.SiluMulQuantInputs(gateup, masked)
+    plugin = ExampleTorchPlugin()
+    selector = Selector(Registry.from_plugins([plugin], UserConfig()))
+    bound = selector.bind(smq.OP, shape, config)
+    assert bound.prepared and bound.name == "example_torch"
+    got = selector.call(bound, inputs)
+    want = smq.allocate_outputs(shape, config, gateup.device)
+    plugin.run(inputs, want, shape, config)
+    real = smq.real_rows(masked, 4)
+    assert torch.equal(got.out.view(torch.uint8)[real], want.out.view(torch.uint8)[real])
+    assert torch.equal(got.scale[real], want.scale[real])
+    report = run_conformance(ExampleTorchPlugin, seed=2, random_cases=2, catalog=False)
+    assert next(c for c in report.checks if c.name == "prepare").status == "passed", report.summary()

@@ -1,0 +1,77 @@
+"""What a shape key is bound to (:class:`BoundOp`, made by ``Selector.bind``), and a capped log-once set."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
+
+import torch
+
+from .registry import PluginRecord
+
+__all__ = ["BoundOp", "CACHE_CAP"]
+
+#: Most keys kept by each cache of a selector (selections, bound ops, the hooks' argument keys).
+CACHE_CAP = 4096
+
+
+class _FirstCall:
+    """Mutable flag of a frozen :class:`BoundOp`: its outputs have not been checked yet."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self) -> None:
+        self.pending = True
+
+
+@dataclass(frozen=True, eq=False)
+class BoundOp:
+    """One shape key bound to its plugin: what a call needs, worked out once (see :meth:`Selector.bind`).
+
+    ``allocate(device) -> outputs`` makes empty outputs (sizes, strides and dtypes precomputed);
+    ``launch(inputs, outputs)`` runs the plugin (the closure its ``prepare`` returned, or its ``run``).
+    Run it with :meth:`Selector.call`, which applies the failure policy.
+    """
+
+    op: str
+    shape: Any
+    config: Any
+    record: PluginRecord
+    allocate: Callable[[torch.device], Any]
+    launch: Callable[[Any, Any], Any]
+    #: Whether ``launch`` came from the plugin's ``prepare``.
+    prepared: bool
+    #: The op is collective: no per-rank fallback (OpSpec.collective).
+    collective: bool
+    #: Check the outputs of every call (strict or debug), not only the first one.
+    check_every_call: bool
+    validate: Callable[..., None] = field(repr=False)
+    _first: _FirstCall = field(default_factory=_FirstCall, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def checked(self) -> bool:
+        """Whether one call's outputs passed the op's checks."""
+        return not self._first.pending
+
+
+class _Once:
+    """Thread-safe 'first time?' over a capped set of keys; past the cap every key counts as new (a
+    message is repeated rather than lost)."""
+
+    def __init__(self, cap: int = CACHE_CAP) -> None:
+        self._seen: set[Hashable] = set()
+        self._lock = threading.Lock()
+        self._cap = cap
+
+    def first(self, key: Hashable) -> bool:
+        with self._lock:
+            if key in self._seen:
+                return False
+            if len(self._seen) < self._cap:
+                self._seen.add(key)
+            return True

@@ -1,0 +1,276 @@
+"""Issue 12, item 4: one failure policy, each rule through SGLang's real ``load_plugins()`` and its hooked
+function (docs/reliability.md, "Failure policy").
+
+- a forced plugin that cannot run the call: NoPluginAvailableError naming it and its reason, never SGLang's function;
+- invalid arguments: InvalidArgumentError from the hook;
+- calls the op does not model by design: SGLang's original function, logged once per kind;
+- a collective op (mega_moe): a plugin that raises, raises on that rank; no per-rank fallback;
+- an invalid configuration under strict: hooks installed, every hooked call raises the ConfigError.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from importlib.metadata import EntryPoint
+
+import pytest
+import torch
+
+pytest.importorskip("sglang")
+
+from sglang_session import MEGA_TARGET, SMQ_TARGET, loaded_sglang  # noqa: E402
+
+from sglang_moe_plugins import InvalidArgumentError, NoPluginAvailableError, UserConfig, Verdict, api  # noqa: E402
+from sglang_moe_plugins.config import parse_config  # noqa: E402
+from sglang_moe_plugins.integrations import sglang as integ  # noqa: E402
+from sglang_moe_plugins.ops import get_op  # noqa: E402
+from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
+from sglang_moe_plugins.registry import ENTRY_POINT_GROUP  # noqa: E402
+
+pytestmark = pytest.mark.sglang
+LOGGER = "sglang_moe_plugins"
+
+
+def ep(name: str, value: str) -> EntryPoint:
+    return EntryPoint(name, value, ENTRY_POINT_GROUP)
+
+
+REFERENCE = ep("reference", "sglang_moe_plugins.plugins.reference:ReferencePlugin")
+TRITON = ep("triton", "sglang_moe_plugins.plugins.triton:TritonPlugin")
+MEGA_REFERENCE = ep("mega_reference", "sglang_moe_plugins.plugins.mega_reference:MegaReferencePlugin")
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return loaded_sglang()
+
+
+@pytest.fixture(autouse=True)
+def default_selector():
+    yield
+    api.reload(UserConfig())
+
+
+def data(e=4, n=8, d=256, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    gateup = (torch.randn(e, n, 2 * d, generator=gen) * 3).to(torch.bfloat16)
+    masked = torch.randint(0, n + 1, (e,), generator=gen, dtype=torch.int32)
+    return gateup, masked
+
+
+def raised_in_sglang(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if "sglang/srt/layers/moe/moe_runner/deep_gemm.py" in tb.tb_frame.f_code.co_filename:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+# -- a forced plugin that cannot run the call ---------------------------------------------------------
+def test_forced_plugin_that_cannot_run_raises_naming_it(runner, caplog):
+    """triton forced on this CPU machine: the call raises, naming triton and why; SGLang's function is not run."""
+    api.reload(parse_config({"force": {smq.OP: "triton"}}), entry_points=[TRITON, REFERENCE])
+    gateup, masked = data()
+    with pytest.raises(NoPluginAvailableError) as info:
+        runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
+    err = info.value
+    assert err.forced == "triton" and err.op == smq.OP
+    assert str(err).startswith("the forced plugin 'triton' (force.silu_mul_quant in the configuration) cannot run silu_mul_quant E=4 N=8")
+    assert "unsupported: needs a CUDA device; this call runs on cpu" in str(err)
+    assert not raised_in_sglang(err)  # never handed to SGLang's original function
+    # The reference could run it, but the op is forced: it is not tried.
+    assert api.get_selector().explain(smq.OP, *smq.describe(gateup, masked, group_size=128, topk=2)).candidate(
+        "reference").verdict == Verdict.NOT_FORCED
+
+
+def test_no_plugin_at_all_raises_instead_of_delegating(runner):
+    api.reload(parse_config({"disable": ["reference"]}), entry_points=[REFERENCE])
+    gateup, masked = data()
+    with pytest.raises(NoPluginAvailableError, match=r"no enabled plugin of op 'silu_mul_quant' supports .*\n  - reference: disabled") as info:
+        runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
+    assert not raised_in_sglang(info.value)
+
+
+def test_forced_plugin_that_raises_at_run_time_is_not_replaced(runner):
+    api.reload(parse_config({"force": {smq.OP: "policy_smq_raises"}}),
+               entry_points=[ep("policy_smq_raises", "policy_plugins:SmqRaises"), REFERENCE])
+    gateup, masked = data()
+    for _ in range(2):  # not remembered as failed: the next call raises again
+        with pytest.raises(RuntimeError, match="silu_mul_quant kernel failed on this rank") as info:
+            runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
+        assert any("plugin 'policy_smq_raises'" in note and "force.silu_mul_quant" in note for note in info.value.__notes__)
+    assert api.get_selector().failed_plugins() == {}
+
+
+# -- invalid arguments --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "call, argument, value_text",
+    [
+        pytest.param(lambda g, m: ((g, torch.empty_like(m, device="meta"), 128, 2), {}), "masked_m.device", "device(type='meta')",
+                     id="masked_m-other-device"),
+        pytest.param(lambda g, m: ((g, m, 128, 2), {"swiglu_limit": float("nan")}), "swiglu_limit", "nan", id="swiglu_limit-nan"),
+        pytest.param(lambda g, m: ((g.float(), m, 128, 2), {}), "gateup.dtype", "torch.float32", id="gateup-fp32"),
+        pytest.param(lambda g, m: ((g, m.long(), 128, 2), {}), "masked_m.dtype", "torch.int64", id="masked_m-int64"),
+        pytest.param(lambda g, m: ((g, m), {"group_size": 100, "topk": 2}), "group_size", "100", id="group_size-100"),
+        pytest.param(lambda g, m: ((g.transpose(0, 1), m, 128, 2), {}), "gateup.stride()", "(", id="gateup-transposed"),
+    ],
+)
+def test_invalid_arguments_raise_from_the_hook(runner, call, argument, value_text):
+    gateup, masked = data(e=4, n=4)
+    args, kwargs = call(gateup, masked)
+    for _ in range(2):  # a second time too: an invalid call is never cached as a known key
+        with pytest.raises(InvalidArgumentError) as info:
+            runner._varlen_deep_gemm_silu_mul_quant(*args, **kwargs)
+        assert info.value.argument == argument and value_text in str(info.value) and "; allowed: " in str(info.value)
+        assert not raised_in_sglang(info.value)
+
+
+def test_a_valid_key_does_not_let_an_equal_looking_invalid_call_through(runner):
+    """True == 1 and 128.0 == 128: the cached key carries the argument types, so these are still rejected."""
+    gateup, masked = data(e=4, n=4)
+    runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 1)
+    with pytest.raises(InvalidArgumentError, match="group_size=128.0"):
+        runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128.0, 1)
+    with pytest.raises(InvalidArgumentError, match="topk=True"):
+        runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, True)
+
+
+# -- calls the op does not model: the original, logged once per kind ---------------------------------
+def test_unmodelled_calls_go_to_the_original_logged_once_per_kind(runner, caplog):
+    gateup, masked = data(e=2, n=4)
+    before = api.get_selector().cache_info()["decisions"]
+    integ._delegations_logged.clear()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        for alpha in (1.702, 1.5, 2.0, 3.0):  # different values: one line for the kind
+            with pytest.raises(Exception) as info:  # noqa: PT011 - SGLang's own function has no CPU kernel
+                runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2, gemm1_alpha=alpha, gemm1_clamp_limit=7.0)
+            assert raised_in_sglang(info.value)
+        for _ in range(3):
+            with pytest.raises(AssertionError) as info:  # SGLang's `assert masked_m is not None`
+                runner._varlen_deep_gemm_silu_mul_quant(gateup, None, 128, 2)
+            assert raised_in_sglang(info.value)
+    lines = [r.getMessage() for r in caplog.records if "handed to SGLang's original function" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert "gemm1_alpha / gemm1_clamp_limit" in lines[0] and "masked_m=None" in lines[1]
+    assert integ._delegations_logged == {"gemm1_alpha", "masked_m=None"}  # kinds, never values
+    assert api.get_selector().cache_info()["decisions"] == before  # nothing was selected
+
+
+# -- collective ops: no per-rank fallback -------------------------------------------------------------
+def _mega_call(runner_module, problem):
+    from types import SimpleNamespace
+
+    s, c, i = problem.shape, problem.config, problem.inputs
+    experts = SimpleNamespace(
+        _mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=False, _mega_moe_sm90_fp8_weights=False,
+        num_experts=s.num_experts, moe_ep_size=1, mega_l1_weights=i.l1_weights, mega_l2_weights=i.l2_weights)
+    return runner_module.run_mega_routed_experts(
+        experts, i.hidden_states, i.topk_ids, i.topk_weights, hidden_size=s.hidden, intermediate_size=s.intermediate,
+        top_k=s.top_k, num_tokens=i.num_tokens, activation_clamp=c.activation_clamp,
+        routed_scaling_factor=c.routed_scaling_factor, activation="swiglu", num_shared_experts=0,
+        shared_l1_weights=None, shared_l2_weights=None, routing_in_buffer=False)
+
+
+def test_collective_op_never_falls_back_per_rank(runner, caplog):
+    import sglang.srt.layers.moe.mega_moe as host
+    from _mega_cases import make_problem
+
+    assert get_op("mega_moe").collective and not get_op(smq.OP).collective
+    assert getattr(host.run_mega_routed_experts, "__wrapped__", None) is not None, f"{MEGA_TARGET} is not hooked"
+    api.reload(UserConfig(), entry_points=[ep("policy_mega_raises", "policy_plugins:MegaRaises"), MEGA_REFERENCE])
+    problem = make_problem("fp8xfp4", seed=3)
+    for _ in range(2):  # the plugin raises on this rank every time; mega_reference is never run in its place
+        with pytest.raises(RuntimeError, match="mega kernel failed on this rank") as info:
+            _mega_call(host, problem)
+        assert any("op 'mega_moe' is collective" in note and "policy_mega_raises" in note for note in info.value.__notes__)
+    assert api.get_selector().failed_plugins() == {}
+    # Without the failing plugin the same hooked call runs mega_reference: the call itself is modelled.
+    api.reload(UserConfig(), entry_points=[MEGA_REFERENCE])
+    y = _mega_call(host, problem)
+    assert y.shape == (problem.inputs.num_tokens, problem.shape.hidden) and torch.isfinite(y.float()).all()
+
+
+def test_non_collective_op_still_falls_back(runner, caplog):
+    api.reload(UserConfig(), entry_points=[ep("policy_smq_raises", "policy_plugins:SmqRaises"), REFERENCE])
+    gateup, masked = data()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        out, scale = runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
+        runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "policy_smq_raises" in errors[0].getMessage()
+    shape, config = smq.describe(gateup, masked, group_size=128, topk=2)
+    assert api.get_selector().explain(smq.OP, shape, config).chosen.name == "reference"
+    assert out.shape == (4, 8, 256)
+
+
+# -- configuration errors: strict fails closed ---------------------------------------------------------
+PROBE = """
+    import json, logging, sys, torch
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.plugins.hook_registry import HookRegistry
+    import sglang.srt.layers.moe.moe_runner.deep_gemm as runner
+    load_plugins()
+    result = {"patched": sorted(t for t in HookRegistry._patched if "moe" in t), "calls": []}
+    gateup = torch.randn(2, 4, 512).to(torch.bfloat16)
+    masked = torch.tensor([4, 1], dtype=torch.int32)
+    for _ in range(2):
+        try:
+            runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
+            result["calls"].append("ok")
+        except Exception as exc:
+            result["calls"].append(f"{type(exc).__name__}: {exc}")
+    print("RESULT " + json.dumps(result))
+"""
+
+
+def run_probe(**env: str) -> tuple[dict, str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
+    full.update(env)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(PROBE)], capture_output=True, text=True, env=full, timeout=300)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert proc.returncode == 0 and line, proc.stderr[-3000:]
+    return json.loads(line[len("RESULT "):]), proc.stderr
+
+
+@pytest.mark.parametrize("strict_from", ["env", "file"])
+def test_strict_config_error_installs_hooks_that_raise_it(tmp_path, strict_from):
+    bad = tmp_path / "moe.toml"
+    bad.write_text(('strict = true\n' if strict_from == "file" else "") + 'disable = ["jit_epp"]\n')
+    env = {"SGLANG_MOE_PLUGINS_CONFIG": str(bad)}
+    if strict_from == "env":
+        env["SGLANG_MOE_PLUGINS_STRICT"] = "1"
+    result, stderr = run_probe(**env)
+    assert result["patched"] == sorted([SMQ_TARGET, MEGA_TARGET])
+    want = "ConfigError: unknown plugin 'jit_epp' (disabled by 'disable' in"
+    assert len(result["calls"]) == 2 and all(c.startswith(want) for c in result["calls"]), result["calls"]
+    assert "strict mode: the hooks are installed and every hooked call raises this ConfigError" in stderr
+
+
+def test_strict_env_with_a_toml_syntax_error_fails_closed(tmp_path):
+    bad = tmp_path / "moe.toml"
+    bad.write_text("[priority\nreference = 5\n")
+    result, _ = run_probe(SGLANG_MOE_PLUGINS_CONFIG=str(bad), SGLANG_MOE_PLUGINS_STRICT="1")
+    assert result["patched"] and all("ConfigError" in c and "TOML syntax error" in c for c in result["calls"])
+
+
+@pytest.mark.parametrize("kind", ["directory", "not-utf8"])
+def test_unreadable_config_path_is_a_config_error_at_load_plugins(tmp_path, kind):
+    if kind == "directory":
+        path, text = tmp_path, "is a directory; it must name a TOML file"
+    else:
+        path = tmp_path / "moe.toml"
+        path.write_bytes(b'disable = ["jit_ep"]\n# caf\xe9\n')
+        text = "not UTF-8 text"
+    result, stderr = run_probe(SGLANG_MOE_PLUGINS_CONFIG=str(path))
+    assert result["patched"] == []  # without strict: the package stays off, SGLang runs unhooked
+    assert "sglang-moe-plugins is NOT active: invalid configuration: SGLANG_MOE_PLUGINS_CONFIG=" in stderr and text in stderr
+    assert "IsADirectoryError" not in stderr and "UnicodeDecodeError" not in stderr  # no raw traceback
+    strict, _ = run_probe(SGLANG_MOE_PLUGINS_CONFIG=str(path), SGLANG_MOE_PLUGINS_STRICT="1")
+    assert strict["patched"] and all(c.startswith("ConfigError") and text in c for c in strict["calls"])
