@@ -46,10 +46,25 @@ def _trunc_np(v: np.ndarray, fraction_bits: int = 13) -> np.ndarray:
     return np.ldexp(np.trunc(np.ldexp(m, fraction_bits + 1)), e - (fraction_bits + 1))
 
 
-def _kernel_gemm_np(aq: np.ndarray, a_s: np.ndarray, wq: np.ndarray, w_s: np.ndarray, block: int, mode: str, ratio: bool) -> np.ndarray:
+def _aligned_terms_np(acc: np.ndarray, w: np.ndarray, a: np.ndarray, fraction_bits: int = 13) -> np.ndarray:
+    """One 32-K WGMMA step of the adder-tree model: for each output n the addends ``acc[n]`` and
+    ``w[n, t] * a[t]`` (exact in fp64) are truncated toward zero to multiples of
+    ``2 ** (floor(log2(max |addend|)) - fraction_bits)`` and summed exactly."""
+    terms = np.concatenate([acc[:, None], w * a[None, :]], axis=1)
+    top = np.abs(terms).max(axis=1)
+    lead = np.where(top > 0, np.floor(np.log2(np.where(top > 0, top, 1.0))), 0.0)
+    lead = lead - (np.ldexp(1.0, lead.astype(np.int64)) > top) + (np.ldexp(1.0, lead.astype(np.int64) + 1) <= top)  # log2 rounding
+    ulp = np.ldexp(1.0, (lead - fraction_bits).astype(np.int64))[:, None]
+    return (np.trunc(terms / ulp) * ulp).sum(axis=1)
+
+
+def _kernel_gemm_np(aq: np.ndarray, a_s: np.ndarray, wq: np.ndarray, w_s: np.ndarray, block: int, mode: str, ratio: bool,
+                    terms: bool = True) -> np.ndarray:
     """One token through an SM90 MegaMoE GEMM as the kernel accumulates it (numpy, written apart
     from the package's torch version): ``aq [K]`` FP8 values, ``a_s [K/block]``, ``wq [N, K]``,
-    ``w_s [N, K/block]``; 13 fraction bits kept (truncated) after every 32-K WGMMA; ``promote``:
+    ``w_s [N, K/block]``; every 32-K WGMMA step keeps 13 fraction bits: ``terms`` (the default
+    model) truncates each addend at the largest addend's leading bit minus 13
+    (:func:`_aligned_terms_np`), else the exact step sum is truncated to 14 significant bits; ``promote``:
     each block from zero, ``final += s * partial`` in fp32; ``reuse``: one accumulator rescaled in
     fp32 between blocks (``ratio``: by ``s_prev / s``, else by ``1/s`` before and ``s`` after)."""
     n, k = wq.shape
@@ -66,7 +81,10 @@ def _kernel_gemm_np(aq: np.ndarray, a_s: np.ndarray, wq: np.ndarray, w_s: np.nda
             acc = out.astype(np.float64) if b == 0 else (out * (one / s)).astype(np.float64)
         for step in range(block // 32):
             lo = b * block + step * 32
-            acc = _trunc_np(acc + wq[:, lo : lo + 32] @ aq[lo : lo + 32])
+            if terms:
+                acc = _aligned_terms_np(acc, wq[:, lo : lo + 32], aq[lo : lo + 32])
+            else:
+                acc = _trunc_np(acc + wq[:, lo : lo + 32] @ aq[lo : lo + 32])
         if mode == "promote":
             out = (out + s * acc.astype(np.float32)).astype(np.float32)
         elif ratio:
@@ -138,7 +156,7 @@ def _deinterleave_gran8_np(d: np.ndarray) -> np.ndarray:
     return np.concatenate([chunks[:, 0].reshape(n // 2, -1), chunks[:, 1].reshape(n // 2, -1)])
 
 
-def _sm90_expert_model(t: int, e: int, weight: float, p: Problem, mode: str) -> torch.Tensor:
+def _sm90_expert_model(t: int, e: int, weight: float, p: Problem, mode: str, terms: bool = True) -> torch.Tensor:
     """One (token, expert) of the SM90 kernel with its GEMM accumulation (numpy)."""
     q, sf = dgm.per_token_cast_to_fp8(p.inputs.hidden_states[t : t + 1], use_ue8m0=False, gran_k=128)
     aq, a_s = q.double().numpy()[0], sf.double().numpy()[0]
@@ -149,7 +167,7 @@ def _sm90_expert_model(t: int, e: int, weight: float, p: Problem, mode: str) -> 
     w2 = d2[e].double().numpy()
     s2r = np.repeat(s2[e].double().numpy()[np.arange(w2.shape[0]) // 128], 2, axis=1)  # per 64 K
     ratio = p.shape.hidden >= 7168
-    h = torch.from_numpy(_kernel_gemm_np(aq, a_s, w1, s1r, 128, mode, ratio).astype(np.float64))
+    h = torch.from_numpy(_kernel_gemm_np(aq, a_s, w1, s1r, 128, mode, ratio, terms).astype(np.float64))
     inter = h.shape[0] // 2
     gate, up = h[:inter], h[inter:]
     limit = p.config.activation_clamp
@@ -157,13 +175,14 @@ def _sm90_expert_model(t: int, e: int, weight: float, p: Problem, mode: str) -> 
         gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
     act = gate * torch.sigmoid(gate) * up * weight
     lq, ls = _requant_sm90_raw(act)
-    y = _kernel_gemm_np(lq.numpy(), ls.numpy(), w2, s2r, 64, mode, ratio)
+    y = _kernel_gemm_np(lq.numpy(), ls.numpy(), w2, s2r, 64, mode, ratio, terms)
     return _bf16(torch.from_numpy(y.astype(np.float64)))
 
 
-def independent_fp64(p: Problem, sm90_model: bool = True) -> torch.Tensor:
+def independent_fp64(p: Problem, sm90_model: bool = True, terms: bool = True) -> torch.Tensor:
     """fp64 emulation; for sm90_fp8 (``sm90_model``) with the kernel's accumulation in the mode its
-    heuristic picks (BLOCK_M = 128, ``reuse``, at >= 64 expected tokens per expert)."""
+    heuristic picks (BLOCK_M = 128, ``reuse``, at >= 64 expected tokens per expert), 13 fraction
+    bits, the ``terms`` alignment (the default model) unless ``terms=False`` (the step sum)."""
     sm90 = p.config.variant == "sm90_fp8" and sm90_model
     mode = "reuse" if p.inputs.num_tokens * p.shape.top_k / p.shape.num_experts >= 64 else "promote"
     xq = _x_dequantized(p)
@@ -176,7 +195,7 @@ def independent_fp64(p: Problem, sm90_model: bool = True) -> torch.Tensor:
             if e < 0:
                 continue
             w = float(np.float32(weights[t, k].item()) * rsf)
-            out[t] += _sm90_expert_model(t, e, w, p, mode) if sm90 else _expert_fp64(xq[t], p.w1[e], p.w2[e], w, p)
+            out[t] += _sm90_expert_model(t, e, w, p, mode, terms) if sm90 else _expert_fp64(xq[t], p.w1[e], p.w2[e], w, p)
         if p.s1 is not None:
             out[t] += _expert_fp64(xq[t], p.s1, p.s2, 1.0, p)
     return out.to(torch.bfloat16).double()
@@ -231,6 +250,7 @@ def test_sm90_exact_sums_match_independent_fp64(tokens: int, top_k: int, experts
 
 @pytest.mark.parametrize("tokens", [10, 90])  # promote, reuse (90 * 3 / 4 >= 64)
 def test_sm90_model_matches_independent_numpy(tokens: int) -> None:
+    """The default model (terms alignment, 13 bits, the heuristic's mode) against the numpy oracle."""
     seed = int(torch.randint(0, 1 << 20, ()).item())
     p = make_problem("sm90_fp8", clamp=None, seed=seed, tokens=tokens, top_k=3, experts=4, max_tokens_per_rank=128)
     y = _run_reference(p).double()
@@ -239,6 +259,18 @@ def test_sm90_model_matches_independent_numpy(tokens: int) -> None:
     assert rel < 3e-3 and (y == ref).double().mean().item() > 0.9, f"seed {seed}: {rel:.2e}"
     exact = independent_fp64(p, sm90_model=False)
     assert not torch.equal(ref, exact)  # the model is active
+    summed = independent_fp64(p, terms=False)
+    assert ((summed - ref).norm() / ref.norm()).item() > ((y - ref).norm() / ref.norm()).item()  # terms, not the step sum
+
+
+def test_sm90_sum_alignment_matches_independent_numpy() -> None:
+    """The ``sum`` alignment (kept for studies) against the numpy oracle's step-sum truncation."""
+    seed = int(torch.randint(0, 1 << 20, ()).item())
+    p = make_problem("sm90_fp8", clamp=10.0, seed=seed, tokens=90, top_k=3, experts=4, max_tokens_per_rank=128)
+    y = _run_reference(p, Sm90Numerics("reuse")).double()
+    ref = independent_fp64(p, terms=False)
+    rel = ((y - ref).norm() / ref.norm()).item()
+    assert rel < 3e-3 and (y == ref).double().mean().item() > 0.9, f"seed {seed}: {rel:.2e}"
 
 
 def test_clamp_is_active_on_these_inputs() -> None:

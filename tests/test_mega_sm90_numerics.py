@@ -138,8 +138,9 @@ def test_block_m_heuristic() -> None:
     assert sm90_block_m(512, 1, 8, 32) == 128
     assert sm90_block_m(128, 1, 4, 16) == 64 and sm90_block_m(64, 1, 8, 32) == 64 and sm90_block_m(32, 1, 2, 8) == 64
     assert sm90_block_m(256, 2, 8, 32) == 128 and sm90_block_m(64, 2, 4, 16) == 64  # the EP=2 runs
-    assert sm90_numerics_for(512, 1, 8, 32).accumulation == "reuse"
-    assert sm90_numerics_for(1, 1, 8, 32).accumulation == "promote"
+    # the default model is exactly the residue study's terms13 column, for both BLOCK_M
+    assert sm90_numerics_for(512, 1, 8, 32) == Sm90Numerics("reuse", fraction_bits=13, mma_k=32, l2_act_group=64, alignment="terms")
+    assert sm90_numerics_for(1, 1, 8, 32) == Sm90Numerics("promote", fraction_bits=13, mma_k=32, l2_act_group=64, alignment="terms")
 
 
 def test_l2_activations_are_quantized_per_64() -> None:
@@ -165,9 +166,9 @@ def test_reference_numerics_close_to_exact(tokens: int, top_k: int, experts: int
                      max_tokens_per_rank=128)
     chosen = sm90_numerics_for(tokens, 1, top_k, experts)
     assert chosen.accumulation == ("reuse" if tokens * top_k / experts >= 64 else "promote")
-    terms = Sm90Numerics(chosen.accumulation, alignment="terms")  # the residue study's terms13 column
+    summed = Sm90Numerics(chosen.accumulation)  # the previous default (step sum truncated)
     ys = []
-    for numerics in (None, Sm90Numerics(), terms):
+    for numerics in (None, Sm90Numerics(), summed):
         out = mm.allocate_outputs(p.shape, p.config, p.inputs.device, num_tokens=tokens)
         out.y.fill_(float("nan"))
         nm.mega_moe_reference(p.inputs, out, p.shape, p.config, sm90=numerics)

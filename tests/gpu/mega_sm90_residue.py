@@ -6,9 +6,10 @@ plugin) and compares ``y`` with:
 
 - ``per128``: the old reference (L2 activations requantized per 128, exact GEMM sums);
 - ``per64``: per-64 fp32 L2 scales, exact GEMM sums;
-- ``final``: per-64 and the kernel's accumulation as DeepGEMM's heuristic picks it
-  (``BLOCK_M = 128``: the whole K loop in the truncating tensor-core accumulator; else promoted per
-  scale block), e8m13 per 32 K;
+- ``final``: the default reference (``sm90_numerics_for``: the heuristic's accumulation, ``BLOCK_M
+  = 128``: the whole K loop in the tensor-core accumulator, else promoted per scale block; ``terms``
+  alignment, 13 bits; since run 2 of 2026-12-01 the same as ``terms13``);
+- ``sum13``: the heuristic's mode with the step sum truncated to e8m13 (the default before run 2);
 - ``reuse13`` / ``promote13`` / ``reuse14`` / ``reuse15``: the model's parameters forced, to show
   which fits (the 2026-12-01 run also had ``reuse12`` and ``reuse13k16``: both clearly worse);
 - ``terms13`` / ``terms14``: the heuristic's mode with the ``terms`` alignment (every addend of a
@@ -50,6 +51,7 @@ REFERENCES = {
     "per128": Sm90Numerics(l2_act_group=128),
     "per64": Sm90Numerics(),
     "final": None,
+    "sum13": "sum13",
     "reuse13": Sm90Numerics("reuse"),
     "promote13": Sm90Numerics("promote"),
     "reuse14": Sm90Numerics("reuse", fraction_bits=14),
@@ -63,7 +65,7 @@ def _numerics(spec: Sm90Numerics | str | None, tokens: int, top_k: int, experts:
     if not isinstance(spec, str):
         return spec
     mode = "reuse" if sm90_block_m(tokens, 1, top_k, experts) == 128 else "promote"
-    return Sm90Numerics(mode, fraction_bits=int(spec[-2:]), alignment="terms")
+    return Sm90Numerics(mode, fraction_bits=int(spec[-2:]), alignment="terms" if spec.startswith("terms") else "sum")
 
 
 def main() -> int:
