@@ -135,7 +135,10 @@ def _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s
         v = g / (1.0 + tl.exp(-g)) * u
     # Non-finite policy of the op: NaN is left out of the absmax (max.f32 drops NaN operands) and
     # quantizes to NaN; +-Inf (and fp32 overflow) counts as FLT_MAX and saturates to +-448 below.
-    amax = tl.minimum(tl.maximum(tl.max(tl.abs(v), axis=2), 1e-10), 3.4028234663852886e38)  # [BM, NGC]
+    amax = tl.max(tl.abs(v), axis=2)  # [BM, NGC]; NaN only for a group of NaN only
+    if not FAST:  # Triton 3.6's interpreter evaluates the NaN-dropping maximum below with np.maximum
+        amax = tl.where(amax == amax, amax, 0.0)
+    amax = tl.minimum(tl.maximum(amax, 1e-10), 3.4028234663852886e38)
     scale = tl.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
     if UE8M0:
         bits = scale.to(tl.int32, bitcast=True)
@@ -272,36 +275,73 @@ def _silu_mul_quant_kernel(
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
 
-    if PREFETCH:
-        # Software pipelining: the next item's loads are in flight while this one is computed.
-        gate, up = _load_tile(x_ptr, e_cur, rb, c, m_cur, num_rows, D, GS, BM, BC, SWIZZLE, EVEN_D)
-        for it in range(start, end):
-            e_n = e_cur
-            rb_n = rb
-            c_n = c
-            m_n = 0
-            tiles_n = tiles_cur
-            if it + 1 < end:  # never walk past the last item (trailing empty experts cost a load each)
-                e_n, rb_n, c_n, m_n, tiles_n = _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts,
-                                                        num_rows, BM, NC)
-            gate_n, up_n = _load_tile(x_ptr, e_n, rb_n, c_n, m_n, num_rows, D, GS, BM, BC, SWIZZLE, EVEN_D)
-            _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s_r, s_g, limit, D, GS,
-                         G, GP, BM, BC, NC, HAS_LIMIT, UE8M0, EVEN_D, FAST)
-            gate = gate_n
-            up = up_n
-            e_cur = e_n
-            rb = rb_n
-            c = c_n
-            m_cur = m_n
-            tiles_cur = tiles_n
-    else:
-        for it in range(start, end):
+    if FAST:  # compiled for the GPU: one scf.for over this program's items
+        if PREFETCH:
+            # Software pipelining: the next item's loads are in flight while this one is computed.
             gate, up = _load_tile(x_ptr, e_cur, rb, c, m_cur, num_rows, D, GS, BM, BC, SWIZZLE, EVEN_D)
-            _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s_r, s_g, limit, D, GS,
-                         G, GP, BM, BC, NC, HAS_LIMIT, UE8M0, EVEN_D, FAST)
-            if it + 1 < end:  # never walk past the last item (trailing empty experts cost a load each)
-                e_cur, rb, c, m_cur, tiles_cur = _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts,
-                                                          num_rows, BM, NC)
+            for it in range(start, end):
+                e_n = e_cur
+                rb_n = rb
+                c_n = c
+                m_n = 0
+                tiles_n = tiles_cur
+                if it + 1 < end:  # never walk past the last item (trailing empty experts cost a load each)
+                    e_n, rb_n, c_n, m_n, tiles_n = _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts,
+                                                            num_rows, BM, NC)
+                gate_n, up_n = _load_tile(x_ptr, e_n, rb_n, c_n, m_n, num_rows, D, GS, BM, BC, SWIZZLE, EVEN_D)
+                _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s_r, s_g, limit, D, GS,
+                             G, GP, BM, BC, NC, HAS_LIMIT, UE8M0, EVEN_D, FAST)
+                gate = gate_n
+                up = up_n
+                e_cur = e_n
+                rb = rb_n
+                c = c_n
+                m_cur = m_n
+                tiles_cur = tiles_n
+        else:
+            for it in range(start, end):
+                gate, up = _load_tile(x_ptr, e_cur, rb, c, m_cur, num_rows, D, GS, BM, BC, SWIZZLE, EVEN_D)
+                _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s_r, s_g, limit, D, GS,
+                             G, GP, BM, BC, NC, HAS_LIMIT, UE8M0, EVEN_D, FAST)
+                if it + 1 < end:  # never walk past the last item (trailing empty experts cost a load each)
+                    e_cur, rb, c, m_cur, tiles_cur = _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts,
+                                                              num_rows, BM, NC)
+    else:
+        # Triton's CPU interpreter: the same walk as a while loop. Triton 3.6's interpreter converts a
+        # tensor bound of ``range`` with ``int()`` on a shape-(1,) NumPy array, which NumPy 2.4+ rejects
+        # ("only 0-dimensional arrays can be converted to Python scalars"); a comparison works in all.
+        it = start
+        if PREFETCH:
+            gate, up = _load_tile(x_ptr, e_cur, rb, c, m_cur, num_rows, D, GS, BM, BC, SWIZZLE, EVEN_D)
+            while it < end:
+                e_n = e_cur
+                rb_n = rb
+                c_n = c
+                m_n = 0
+                tiles_n = tiles_cur
+                if it + 1 < end:
+                    e_n, rb_n, c_n, m_n, tiles_n = _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts,
+                                                            num_rows, BM, NC)
+                gate_n, up_n = _load_tile(x_ptr, e_n, rb_n, c_n, m_n, num_rows, D, GS, BM, BC, SWIZZLE, EVEN_D)
+                _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s_r, s_g, limit, D,
+                             GS, G, GP, BM, BC, NC, HAS_LIMIT, UE8M0, EVEN_D, FAST)
+                gate = gate_n
+                up = up_n
+                e_cur = e_n
+                rb = rb_n
+                c = c_n
+                m_cur = m_n
+                tiles_cur = tiles_n
+                it += 1
+        else:
+            while it < end:
+                gate, up = _load_tile(x_ptr, e_cur, rb, c, m_cur, num_rows, D, GS, BM, BC, SWIZZLE, EVEN_D)
+                _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s_r, s_g, limit, D,
+                             GS, G, GP, BM, BC, NC, HAS_LIMIT, UE8M0, EVEN_D, FAST)
+                if it + 1 < end:
+                    e_cur, rb, c, m_cur, tiles_cur = _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts,
+                                                              num_rows, BM, NC)
+                it += 1
 
 
 @dataclass(frozen=True)
