@@ -187,6 +187,27 @@ def _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts, num_rows, BM: t
     return e_cur, rb, c, m_cur, tiles_cur
 
 
+@triton.jit
+def _chunk_tiles(m_ptr, eo, num_experts, num_rows, BM: tl.constexpr):
+    """Row-block tiles of the experts ``eo`` (one chunk of the prologue's masked_m scan)."""
+    m = tl.load(m_ptr + eo, mask=eo < num_experts, other=0)
+    m = tl.minimum(tl.maximum(m, 0), num_rows)
+    return tl.sum((m + (BM - 1)) // BM, axis=0)
+
+
+@triton.jit
+def _chunk_locate(m_ptr, eo, num_experts, num_rows, t0, e_cur, before, acc, BM: tl.constexpr):
+    """One chunk of the search for tile ``t0``: experts ending at or before it, their tiles, tiles so far."""
+    m = tl.load(m_ptr + eo, mask=eo < num_experts, other=0)
+    m = tl.minimum(tl.maximum(m, 0), num_rows)
+    tiles = (m + (BM - 1)) // BM
+    sel = ((tl.cumsum(tiles, axis=0) + acc) <= t0) & (eo < num_experts)
+    e_cur += tl.sum(sel.to(tl.int32), axis=0)
+    before += tl.sum(tl.where(sel, tiles, 0), axis=0)
+    acc += tl.sum(tiles, axis=0)
+    return e_cur, before, acc
+
+
 @triton.jit(do_not_specialize=["num_experts", "num_rows", "s_e", "s_r", "s_g", "limit"])
 def _silu_mul_quant_kernel(
     x_ptr,  # bf16 [E, N, 2D], contiguous
@@ -242,11 +263,14 @@ def _silu_mul_quant_kernel(
             before = (packed & 0xFFFFFFFF).to(tl.int32)
     else:
         total = 0
-        for e0 in range(0, num_experts, BLOCK_E):
-            eo = e0 + e_offs
-            m = tl.load(m_ptr + eo, mask=eo < num_experts, other=0)
-            m = tl.minimum(tl.maximum(m, 0), num_rows)
-            total += tl.sum((m + (BM - 1)) // BM, axis=0)
+        if FAST:
+            for e0 in range(0, num_experts, BLOCK_E):
+                total += _chunk_tiles(m_ptr, e0 + e_offs, num_experts, num_rows, BM)
+        else:  # Triton 3.6's interpreter cannot take a tensor bound in range() (see the item loop below)
+            e0 = 0
+            while e0 < num_experts:
+                total += _chunk_tiles(m_ptr, e0 + e_offs, num_experts, num_rows, BM)
+                e0 += BLOCK_E
         n_items = total.to(tl.int64) * NC
         start = pid.to(tl.int64) * n_items // nprog
         end = (pid + 1).to(tl.int64) * n_items // nprog
@@ -255,15 +279,16 @@ def _silu_mul_quant_kernel(
         e_cur = 0
         before = 0
         acc = 0
-        for e0 in range(0, num_experts, BLOCK_E):
-            eo = e0 + e_offs
-            m = tl.load(m_ptr + eo, mask=eo < num_experts, other=0)
-            m = tl.minimum(tl.maximum(m, 0), num_rows)
-            tiles = (m + (BM - 1)) // BM
-            sel = ((tl.cumsum(tiles, axis=0) + acc) <= t0) & (eo < num_experts)
-            e_cur += tl.sum(sel.to(tl.int32), axis=0)
-            before += tl.sum(tl.where(sel, tiles, 0), axis=0)
-            acc += tl.sum(tiles, axis=0)
+        if FAST:
+            for e0 in range(0, num_experts, BLOCK_E):
+                e_cur, before, acc = _chunk_locate(m_ptr, e0 + e_offs, num_experts, num_rows, t0, e_cur, before,
+                                                   acc, BM)
+        else:
+            e0 = 0
+            while e0 < num_experts:
+                e_cur, before, acc = _chunk_locate(m_ptr, e0 + e_offs, num_experts, num_rows, t0, e_cur, before,
+                                                   acc, BM)
+                e0 += BLOCK_E
     rb = t0 - before
     m_cur = tl.load(m_ptr + e_cur, mask=(e_cur < num_experts) & (start < end), other=0)
     m_cur = tl.minimum(tl.maximum(m_cur, 0), num_rows)
