@@ -49,7 +49,7 @@ import triton.language as tl
 from ._triton_launch import LowLevelLaunch, compile_specialisation, next_pow2, ordered_arguments, pdl_supported
 
 __all__ = ["KernelConfig", "LaunchPlan", "choose_block_c", "choose_config", "launch", "plan_launch", "prepare_launch",
-           "sm_count", "pdl_supported", "resident_programs_per_sm", "occupancy_records"]
+           "pointer_dtypes", "sm_count", "pdl_supported", "resident_programs_per_sm", "occupancy_records"]
 
 logger = logging.getLogger(__name__)
 
@@ -580,6 +580,13 @@ def launch(
         _silu_mul_quant_kernel[plan.grid](gateup, masked_m, out, scale, *plan.runtime, **plan.kwargs_dict)
 
 
+def pointer_dtypes(ue8m0: bool) -> tuple[torch.dtype, torch.dtype, torch.dtype, torch.dtype]:
+    """The dtypes of ``gateup``, ``masked_m``, ``out`` and ``scale``: :func:`prepare_launch` compiles
+    the kernel for them as 16-byte-aligned pointers (``warmup`` wraps each in a ``MockTensor``), the
+    specialisation Triton's JIT dispatch computes for aligned tensors of these dtypes."""
+    return torch.bfloat16, torch.int32, torch.float8_e4m3fn, torch.int32 if ue8m0 else torch.float32
+
+
 def _nothing(gateup: torch.Tensor, masked_m: torch.Tensor, out: torch.Tensor, scale: torch.Tensor) -> None:
     return None
 
@@ -611,8 +618,7 @@ def prepare_launch(
     call when this Triton lacks the low-level entry point (decided here, once). ``device_index``
     None: Triton's CPU interpreter, through the JIT path.
     """
-    scale_dtype = torch.int32 if ue8m0 else torch.float32
-    dtypes = (torch.bfloat16, torch.int32, torch.float8_e4m3fn, scale_dtype)
+    dtypes = pointer_dtypes(ue8m0)
     plan = plan_launch(num_experts, num_rows, hidden, group_size=group_size, scale_strides=scale_strides,
                        swiglu_limit=swiglu_limit, swizzle=swizzle, ue8m0=ue8m0, config=config, pdl=pdl,
                        device_index=device_index, pointers=dtypes)
