@@ -293,6 +293,12 @@ results = [
     check(2, 5, 128, 32, "column_major", masked=[5, 3], special=True),  # non-finite policy
     check(2, 5, 128, 32, "ue8m0_packed", limit=7.0, masked=[5, 3], special=True, cfg=C(2, 64)),
 ]
+# masked_m read in several chunks of BLOCK_E experts (on the GPU: more than 1024 experts)
+K._MAX_BLOCK_E = 16
+results += [
+    check(40, 3, 32, 16, "ue8m0_packed", cfg=C(1, 32), seed=5),
+    check(37, 4, 64, 32, "column_major", masked=[0] * 20 + [4] + [0] * 15 + [3], cfg=C(2, 32, prefetch=True)),
+]
 print(json.dumps(results))
 """
 

@@ -49,7 +49,7 @@ import triton.language as tl
 from ._triton_launch import LowLevelLaunch, compile_specialisation, next_pow2, ordered_arguments, pdl_supported
 
 __all__ = ["KernelConfig", "LaunchPlan", "choose_block_c", "choose_config", "launch", "plan_launch", "prepare_launch",
-           "sm_count", "pdl_supported", "resident_programs_per_sm", "occupancy_records"]
+           "pointer_dtypes", "sm_count", "pdl_supported", "resident_programs_per_sm", "occupancy_records"]
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +135,10 @@ def _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s
         v = g / (1.0 + tl.exp(-g)) * u
     # Non-finite policy of the op: NaN is left out of the absmax (max.f32 drops NaN operands) and
     # quantizes to NaN; +-Inf (and fp32 overflow) counts as FLT_MAX and saturates to +-448 below.
-    amax = tl.minimum(tl.maximum(tl.max(tl.abs(v), axis=2), 1e-10), 3.4028234663852886e38)  # [BM, NGC]
+    amax = tl.max(tl.abs(v), axis=2)  # [BM, NGC]; NaN only for a group of NaN only
+    if not FAST:  # Triton 3.6's interpreter evaluates the NaN-dropping maximum below with np.maximum
+        amax = tl.where(amax == amax, amax, 0.0)
+    amax = tl.minimum(tl.maximum(amax, 1e-10), 3.4028234663852886e38)
     scale = tl.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
     if UE8M0:
         bits = scale.to(tl.int32, bitcast=True)
@@ -182,6 +185,27 @@ def _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts, num_rows, BM: t
         m_cur = tl.minimum(tl.maximum(tl.load(m_ptr + e_cur), 0), num_rows)
         tiles_cur = (m_cur + (BM - 1)) // BM
     return e_cur, rb, c, m_cur, tiles_cur
+
+
+@triton.jit
+def _chunk_tiles(m_ptr, eo, num_experts, num_rows, BM: tl.constexpr):
+    """Row-block tiles of the experts ``eo`` (one chunk of the prologue's masked_m scan)."""
+    m = tl.load(m_ptr + eo, mask=eo < num_experts, other=0)
+    m = tl.minimum(tl.maximum(m, 0), num_rows)
+    return tl.sum((m + (BM - 1)) // BM, axis=0)
+
+
+@triton.jit
+def _chunk_locate(m_ptr, eo, num_experts, num_rows, t0, e_cur, before, acc, BM: tl.constexpr):
+    """One chunk of the search for tile ``t0``: experts ending at or before it, their tiles, tiles so far."""
+    m = tl.load(m_ptr + eo, mask=eo < num_experts, other=0)
+    m = tl.minimum(tl.maximum(m, 0), num_rows)
+    tiles = (m + (BM - 1)) // BM
+    sel = ((tl.cumsum(tiles, axis=0) + acc) <= t0) & (eo < num_experts)
+    e_cur += tl.sum(sel.to(tl.int32), axis=0)
+    before += tl.sum(tl.where(sel, tiles, 0), axis=0)
+    acc += tl.sum(tiles, axis=0)
+    return e_cur, before, acc
 
 
 @triton.jit(do_not_specialize=["num_experts", "num_rows", "s_e", "s_r", "s_g", "limit"])
@@ -239,11 +263,14 @@ def _silu_mul_quant_kernel(
             before = (packed & 0xFFFFFFFF).to(tl.int32)
     else:
         total = 0
-        for e0 in range(0, num_experts, BLOCK_E):
-            eo = e0 + e_offs
-            m = tl.load(m_ptr + eo, mask=eo < num_experts, other=0)
-            m = tl.minimum(tl.maximum(m, 0), num_rows)
-            total += tl.sum((m + (BM - 1)) // BM, axis=0)
+        if FAST:
+            for e0 in range(0, num_experts, BLOCK_E):
+                total += _chunk_tiles(m_ptr, e0 + e_offs, num_experts, num_rows, BM)
+        else:  # Triton 3.6's interpreter cannot take a tensor bound in range() (see the item loop below)
+            e0 = 0
+            while e0 < num_experts:
+                total += _chunk_tiles(m_ptr, e0 + e_offs, num_experts, num_rows, BM)
+                e0 += BLOCK_E
         n_items = total.to(tl.int64) * NC
         start = pid.to(tl.int64) * n_items // nprog
         end = (pid + 1).to(tl.int64) * n_items // nprog
@@ -252,15 +279,16 @@ def _silu_mul_quant_kernel(
         e_cur = 0
         before = 0
         acc = 0
-        for e0 in range(0, num_experts, BLOCK_E):
-            eo = e0 + e_offs
-            m = tl.load(m_ptr + eo, mask=eo < num_experts, other=0)
-            m = tl.minimum(tl.maximum(m, 0), num_rows)
-            tiles = (m + (BM - 1)) // BM
-            sel = ((tl.cumsum(tiles, axis=0) + acc) <= t0) & (eo < num_experts)
-            e_cur += tl.sum(sel.to(tl.int32), axis=0)
-            before += tl.sum(tl.where(sel, tiles, 0), axis=0)
-            acc += tl.sum(tiles, axis=0)
+        if FAST:
+            for e0 in range(0, num_experts, BLOCK_E):
+                e_cur, before, acc = _chunk_locate(m_ptr, e0 + e_offs, num_experts, num_rows, t0, e_cur, before,
+                                                   acc, BM)
+        else:
+            e0 = 0
+            while e0 < num_experts:
+                e_cur, before, acc = _chunk_locate(m_ptr, e0 + e_offs, num_experts, num_rows, t0, e_cur, before,
+                                                   acc, BM)
+                e0 += BLOCK_E
     rb = t0 - before
     m_cur = tl.load(m_ptr + e_cur, mask=(e_cur < num_experts) & (start < end), other=0)
     m_cur = tl.minimum(tl.maximum(m_cur, 0), num_rows)
@@ -272,36 +300,73 @@ def _silu_mul_quant_kernel(
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
 
-    if PREFETCH:
-        # Software pipelining: the next item's loads are in flight while this one is computed.
-        gate, up = _load_tile(x_ptr, e_cur, rb, c, m_cur, num_rows, D, GS, BM, BC, SWIZZLE, EVEN_D)
-        for it in range(start, end):
-            e_n = e_cur
-            rb_n = rb
-            c_n = c
-            m_n = 0
-            tiles_n = tiles_cur
-            if it + 1 < end:  # never walk past the last item (trailing empty experts cost a load each)
-                e_n, rb_n, c_n, m_n, tiles_n = _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts,
-                                                        num_rows, BM, NC)
-            gate_n, up_n = _load_tile(x_ptr, e_n, rb_n, c_n, m_n, num_rows, D, GS, BM, BC, SWIZZLE, EVEN_D)
-            _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s_r, s_g, limit, D, GS,
-                         G, GP, BM, BC, NC, HAS_LIMIT, UE8M0, EVEN_D, FAST)
-            gate = gate_n
-            up = up_n
-            e_cur = e_n
-            rb = rb_n
-            c = c_n
-            m_cur = m_n
-            tiles_cur = tiles_n
-    else:
-        for it in range(start, end):
+    if FAST:  # compiled for the GPU: one scf.for over this program's items
+        if PREFETCH:
+            # Software pipelining: the next item's loads are in flight while this one is computed.
             gate, up = _load_tile(x_ptr, e_cur, rb, c, m_cur, num_rows, D, GS, BM, BC, SWIZZLE, EVEN_D)
-            _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s_r, s_g, limit, D, GS,
-                         G, GP, BM, BC, NC, HAS_LIMIT, UE8M0, EVEN_D, FAST)
-            if it + 1 < end:  # never walk past the last item (trailing empty experts cost a load each)
-                e_cur, rb, c, m_cur, tiles_cur = _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts,
-                                                          num_rows, BM, NC)
+            for it in range(start, end):
+                e_n = e_cur
+                rb_n = rb
+                c_n = c
+                m_n = 0
+                tiles_n = tiles_cur
+                if it + 1 < end:  # never walk past the last item (trailing empty experts cost a load each)
+                    e_n, rb_n, c_n, m_n, tiles_n = _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts,
+                                                            num_rows, BM, NC)
+                gate_n, up_n = _load_tile(x_ptr, e_n, rb_n, c_n, m_n, num_rows, D, GS, BM, BC, SWIZZLE, EVEN_D)
+                _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s_r, s_g, limit, D, GS,
+                             G, GP, BM, BC, NC, HAS_LIMIT, UE8M0, EVEN_D, FAST)
+                gate = gate_n
+                up = up_n
+                e_cur = e_n
+                rb = rb_n
+                c = c_n
+                m_cur = m_n
+                tiles_cur = tiles_n
+        else:
+            for it in range(start, end):
+                gate, up = _load_tile(x_ptr, e_cur, rb, c, m_cur, num_rows, D, GS, BM, BC, SWIZZLE, EVEN_D)
+                _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s_r, s_g, limit, D, GS,
+                             G, GP, BM, BC, NC, HAS_LIMIT, UE8M0, EVEN_D, FAST)
+                if it + 1 < end:  # never walk past the last item (trailing empty experts cost a load each)
+                    e_cur, rb, c, m_cur, tiles_cur = _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts,
+                                                              num_rows, BM, NC)
+    else:
+        # Triton's CPU interpreter: the same walk as a while loop. Triton 3.6's interpreter converts a
+        # tensor bound of ``range`` with ``int()`` on a shape-(1,) NumPy array, which NumPy 2.4+ rejects
+        # ("only 0-dimensional arrays can be converted to Python scalars"); a comparison works in all.
+        it = start
+        if PREFETCH:
+            gate, up = _load_tile(x_ptr, e_cur, rb, c, m_cur, num_rows, D, GS, BM, BC, SWIZZLE, EVEN_D)
+            while it < end:
+                e_n = e_cur
+                rb_n = rb
+                c_n = c
+                m_n = 0
+                tiles_n = tiles_cur
+                if it + 1 < end:
+                    e_n, rb_n, c_n, m_n, tiles_n = _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts,
+                                                            num_rows, BM, NC)
+                gate_n, up_n = _load_tile(x_ptr, e_n, rb_n, c_n, m_n, num_rows, D, GS, BM, BC, SWIZZLE, EVEN_D)
+                _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s_r, s_g, limit, D,
+                             GS, G, GP, BM, BC, NC, HAS_LIMIT, UE8M0, EVEN_D, FAST)
+                gate = gate_n
+                up = up_n
+                e_cur = e_n
+                rb = rb_n
+                c = c_n
+                m_cur = m_n
+                tiles_cur = tiles_n
+                it += 1
+        else:
+            while it < end:
+                gate, up = _load_tile(x_ptr, e_cur, rb, c, m_cur, num_rows, D, GS, BM, BC, SWIZZLE, EVEN_D)
+                _quant_store(gate, up, out_ptr, s_ptr, e_cur, rb, c, m_cur, num_rows, s_e, s_r, s_g, limit, D,
+                             GS, G, GP, BM, BC, NC, HAS_LIMIT, UE8M0, EVEN_D, FAST)
+                if it + 1 < end:
+                    e_cur, rb, c, m_cur, tiles_cur = _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts,
+                                                              num_rows, BM, NC)
+                it += 1
 
 
 @dataclass(frozen=True)
@@ -515,6 +580,13 @@ def launch(
         _silu_mul_quant_kernel[plan.grid](gateup, masked_m, out, scale, *plan.runtime, **plan.kwargs_dict)
 
 
+def pointer_dtypes(ue8m0: bool) -> tuple[torch.dtype, torch.dtype, torch.dtype, torch.dtype]:
+    """The dtypes of ``gateup``, ``masked_m``, ``out`` and ``scale``: :func:`prepare_launch` compiles
+    the kernel for them as 16-byte-aligned pointers (``warmup`` wraps each in a ``MockTensor``), the
+    specialisation Triton's JIT dispatch computes for aligned tensors of these dtypes."""
+    return torch.bfloat16, torch.int32, torch.float8_e4m3fn, torch.int32 if ue8m0 else torch.float32
+
+
 def _nothing(gateup: torch.Tensor, masked_m: torch.Tensor, out: torch.Tensor, scale: torch.Tensor) -> None:
     return None
 
@@ -546,8 +618,7 @@ def prepare_launch(
     call when this Triton lacks the low-level entry point (decided here, once). ``device_index``
     None: Triton's CPU interpreter, through the JIT path.
     """
-    scale_dtype = torch.int32 if ue8m0 else torch.float32
-    dtypes = (torch.bfloat16, torch.int32, torch.float8_e4m3fn, scale_dtype)
+    dtypes = pointer_dtypes(ue8m0)
     plan = plan_launch(num_experts, num_rows, hidden, group_size=group_size, scale_strides=scale_strides,
                        swiglu_limit=swiglu_limit, swizzle=swizzle, ue8m0=ue8m0, config=config, pdl=pdl,
                        device_index=device_index, pointers=dtypes)

@@ -26,7 +26,7 @@ from sglang_moe_plugins.ops.silu_mul_quant import (  # noqa: E402
 )
 from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference  # noqa: E402
 from sglang_moe_plugins.plugins.triton import TritonPlugin  # noqa: E402
-from sglang_moe_plugins.testing.tolerance import POISON_FP8, poison  # noqa: E402
+from sglang_moe_plugins.testing.tolerance import POISON_FP8, POISON_SCALE_INT, poison  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -273,9 +273,21 @@ PREPARED_CASES = [
 ]
 
 
+def _storage(tensor):
+    """Every element of ``tensor``'s storage as a flat view (the column-major scale layouts pad N to a
+    multiple of 4: those rows belong to no element of the strided tensor)."""
+    return tensor.as_strided((tensor.untyped_storage().nbytes() // tensor.element_size(),), (1,))
+
+
+def _poison_storage(outputs):
+    """Poison the whole storage of both outputs, the scale layouts' padding rows included: no launch
+    writes them, so ``_bytes`` then compares poison there, not what the allocator left in the memory
+    (``poison`` fills the tensors' elements only)."""
+    poison(SiluMulQuantOutputs(_storage(outputs.out), _storage(outputs.scale)))
+
+
 def _bytes(outputs):
-    scale = outputs.scale
-    return outputs.out.view(torch.uint8).clone(), scale.as_strided((scale.untyped_storage().nbytes() // scale.element_size(),), (1,)).view(torch.uint8).clone()
+    return outputs.out.view(torch.uint8).clone(), _storage(outputs.scale).view(torch.uint8).clone()
 
 
 def _jit_launch(x, m, outputs, shape, config):
@@ -293,8 +305,8 @@ def test_prepared_launch_equals_jit_launch_bit_for_bit(E, N, D, gs, layout, limi
     x, m = _inputs(E, N, D, seed=E + N)
     shape, config = describe(x, m, group_size=gs, topk=8, swiglu_limit=limit, swizzle=swizzle, scale_layout=layout)
     jit, prepared = allocate_outputs(shape, config, x.device), allocate_outputs(shape, config, x.device)
-    poison(jit)
-    poison(prepared)
+    _poison_storage(jit)
+    _poison_storage(prepared)
     _jit_launch(x, m, jit, shape, config)
     bound = TritonPlugin().prepare(shape, config)
     assert hasattr(bound.launch, "low_level"), "the prepared launch fell back to the JIT path"
@@ -302,6 +314,11 @@ def test_prepared_launch_equals_jit_launch_bit_for_bit(E, N, D, gs, layout, limi
     torch.cuda.synchronize()
     for a, b in zip(_bytes(jit), _bytes(prepared)):
         assert torch.equal(a, b)
+    flat = _storage(prepared.scale)
+    covered = torch.zeros(flat.shape, dtype=torch.bool, device=flat.device)
+    covered.as_strided(prepared.scale.shape, prepared.scale.stride()).fill_(True)
+    slack = flat[~covered]  # the layout's padding rows: no element of the scale tensor, never written
+    assert bool(torch.isnan(slack).all()) if slack.is_floating_point() else bool((slack == POISON_SCALE_INT).all())
     ref = allocate_outputs(shape, config, x.device)
     poison(ref)
     silu_mul_quant_reference(SiluMulQuantInputs(x, m), ref, shape, config)
@@ -320,8 +337,8 @@ def test_prepared_launch_unaligned_input_takes_the_jit_path():
     shape, config = describe(x, m.clamp(max=N), group_size=128, topk=8, scale_layout="column_major")
     m = m.clamp(max=N)
     jit, prepared = allocate_outputs(shape, config, x.device), allocate_outputs(shape, config, x.device)
-    poison(jit)
-    poison(prepared)
+    _poison_storage(jit)
+    _poison_storage(prepared)
     _jit_launch(x, m, jit, shape, config)
     TritonPlugin().prepare(shape, config)(SiluMulQuantInputs(x, m), prepared)
     torch.cuda.synchronize()
