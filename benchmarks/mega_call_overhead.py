@@ -1,13 +1,15 @@
 """Eager host time of one SM90 MegaMoE call: DeepGEMM's calls made directly vs the same calls through
-``mega_sm90_fp8`` (its prepared launch) and through the hook's path (``mega_adapter.build_call`` +
-``dispatch``). One H200, a process group of one rank, sgl-deep-gemm 0.1.5.post1 (or any 0.1.4.post1+).
+``mega_sm90_fp8`` (its prepared launch) and through the real hook, ``integrations.sglang.mega_moe_hook``
+(``mega_adapter.build_call``, the op bound once per layer plan, ``Selector.call``). One H200, a process group of one rank, sgl-deep-gemm 0.1.5.post1 (or any 0.1.4.post1+).
 
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \\
-        python benchmarks/mega_call_overhead.py [--tokens 32] [--experts 8 --hidden 1024 --inter 512 --topk 2]
+        python benchmarks/mega_call_overhead.py [--tokens 32] [--experts 8 --hidden 1024 --inter 512 --topk 2] \\
+        [--pre-dispatch host|triton]
 
 Prints the median of 5 x 1000 back-to-back calls per path (host time: the loop synchronizes once at
-its end), every path with ``pre_dispatch="host"`` (DeepGEMM's ``mega_moe_pre_dispatch_sm90``), and
-the difference to the direct calls. Target (issue #12): the hooked call at most 10 us above direct.
+its end), the plugin's paths with ``pre_dispatch="host"`` (DeepGEMM's ``mega_moe_pre_dispatch_sm90``,
+the default) or ``"triton"`` (the prepared Triton launcher, top-k ids/weights read as they are), and
+the difference to the direct calls (always DeepGEMM's pre-dispatch). Target (issue #12): the hooked call at most 10 us above direct.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sglang_moe_plugins import api  # noqa: E402
 from sglang_moe_plugins.integrations import mega_adapter as ma  # noqa: E402
+from sglang_moe_plugins.integrations.sglang import mega_moe_hook  # noqa: E402
 from sglang_moe_plugins.ops import mega_moe as mm  # noqa: E402
 from sglang_moe_plugins.plugins.mega_deep_gemm import MegaSm90Fp8Plugin  # noqa: E402
 from sglang_moe_plugins.registry import Registry  # noqa: E402
@@ -54,6 +58,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--inter", type=int, default=512)
     parser.add_argument("--topk", type=int, default=2)
+    parser.add_argument("--pre-dispatch", choices=("host", "triton"), default="host")
     args = parser.parse_args()
     torch.cuda.set_device(0)
     torch.distributed.init_process_group("nccl", init_method="tcp://127.0.0.1:29533", rank=0, world_size=1,
@@ -81,7 +86,7 @@ def main() -> None:
 
     # (b) the plugin's prepared launch
     plugin = MegaSm90Fp8Plugin()
-    plugin.options = {"pre_dispatch": "host"}
+    plugin.options = {"pre_dispatch": args.pre_dispatch}
     assert plugin.supports(shape, config), plugin.supports(shape, config).reason
     launch = plugin.prepare(shape, config)
 
@@ -90,7 +95,7 @@ def main() -> None:
         launch(inputs, out)
         return out.y
 
-    # (c) the hook's path: build_call (planned once per layer) + the selector's dispatch
+    # (c) the real hook: build_call (planned once per layer), the op bound once per plan, Selector.call
     experts = types.SimpleNamespace(_mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=False,
                                     _mega_moe_sm90_fp8_weights=True, num_experts=shape.num_experts, moe_ep_size=1,
                                     mega_l1_weights=inputs.l1_weights, mega_l2_weights=inputs.l2_weights)
@@ -100,18 +105,19 @@ def main() -> None:
                   routing_in_buffer=False)
     ma._ep_group = lambda: group  # SGLang's runtime context is absent here
     ma._settings = ma._Settings(shape.max_tokens_per_rank, False)
-    selector = Selector(Registry.from_plugins([plugin]))
+    api._selector = Selector(Registry.from_plugins([plugin]))  # the hook's api.current_selector()
+
+    def original(*a, **k):  # SGLang's run_mega_routed_experts: must not be reached
+        raise RuntimeError("the hook handed a modelled call to SGLang")
 
     def hooked() -> torch.Tensor:
-        call = ma.build_call(experts, inputs.hidden_states, inputs.topk_ids, inputs.topk_weights, **kwargs)
-        outputs = selector.dispatch(mm.OP, call.inputs, call.shape, call.config, outputs=call.allocate_outputs())
-        return call.result(outputs)
+        return mega_moe_hook(original, experts, inputs.hidden_states, inputs.topk_ids, inputs.topk_weights, **kwargs)
 
     want = direct()[:t].clone()
     # the same DeepGEMM calls: y equal to the direct one (up to the kernel's own run-to-run order, if any)
     same = {name: (fn()[:t].float() - want.float()).abs().max().item() if t else 0.0 for name, fn in (("prepared", prepared), ("hooked", hooked))}
     torch.cuda.synchronize()
-    results = {"shape": shape.describe(), "tokens": t, "deep_gemm": getattr(deep_gemm, "__version__", "?"),
+    results = {"shape": shape.describe(), "tokens": t, "pre_dispatch": args.pre_dispatch, "deep_gemm": getattr(deep_gemm, "__version__", "?"),
                "max_abs_diff_to_direct": same, "rows_finite": bool(torch.isfinite(want).all())}
     for name, fn in (("direct", direct), ("prepared", prepared), ("hooked", hooked)):
         results[f"{name}_us"] = round(_time(fn), 2)

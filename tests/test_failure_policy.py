@@ -274,3 +274,39 @@ def test_unreadable_config_path_is_a_config_error_at_load_plugins(tmp_path, kind
     assert "IsADirectoryError" not in stderr and "UnicodeDecodeError" not in stderr  # no raw traceback
     strict, _ = run_probe(SGLANG_MOE_PLUGINS_CONFIG=str(path), SGLANG_MOE_PLUGINS_STRICT="1")
     assert strict["patched"] and all(c.startswith("ConfigError") and text in c for c in strict["calls"])
+
+
+def test_mega_hook_binds_once_per_plan(runner, monkeypatch):
+    """The hooked MegaMoE call binds its op once per layer plan and selector; a repeated call runs the
+    bound op (no selection, no bind); a new selector (reload) is bound afresh."""
+    import sglang.srt.layers.moe.mega_moe as host
+    from _mega_cases import make_problem
+
+    from sglang_moe_plugins.integrations import mega_adapter as ma
+
+    monkeypatch.setattr(ma, "_ep_group", lambda: None)
+    ma.reset()
+    api.reload(UserConfig(), entry_points=[MEGA_REFERENCE])
+    problem = make_problem("fp8xfp4", seed=5)
+    first = _mega_call(host, problem).clone()
+    selector = api.get_selector()
+    (plan,) = ma._plans.values()
+    cached_selector, bound = plan.cache["bound"]
+    assert cached_selector is selector and bound.name == "mega_reference" and bound.checked
+
+    def no_bind(*a, **k):
+        raise AssertionError("a repeated call bound the op again")
+
+    selector.bind = no_bind  # an instance attribute, deleted below
+    try:
+        for _ in range(2):
+            assert torch.equal(_mega_call(host, problem), first)
+    finally:
+        del selector.bind
+    assert selector.cache_info()["decisions"] == 1
+    api.reload(UserConfig(), entry_points=[MEGA_REFERENCE])
+    assert torch.equal(_mega_call(host, problem), first)
+    fresh = api.get_selector()
+    assert fresh is not selector and fresh.cache_info()["bound"] == 1
+    assert any(p.cache.get("bound", (None,))[0] is fresh for p in ma._plans.values())
+    ma.reset()

@@ -159,7 +159,7 @@ def build_call(behaviour: MegaHost, arguments: dict[str, Any]) -> OldMegaCall | 
         hidden_states=hidden_states, topk_ids=arguments["topk_ids"], topk_weights=arguments["topk_weights"],
         l1_weights=tuple(experts.mega_l1_weights), l2_weights=tuple(experts.mega_l2_weights),
         shared_l1_weights=arguments.get("shared_l1_weights"), shared_l2_weights=arguments.get("shared_l2_weights"),
-        ep_group=_ep_group, **{k: v for k, v in extra.items() if k in fields},
+        ep_group=_ep_group(), **{k: v for k, v in extra.items() if k in fields},
     )
     return OldMegaCall(inputs, shape, config, float(rsf) if on_output else 1.0)
 
@@ -183,5 +183,8 @@ def mega_moe_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> An
     call = build_call(behaviour, dict(bound.arguments))
     if call is None:
         return original(*args, **kwargs)
-    outputs = api.get_selector().dispatch(_OP, call.inputs, call.shape, call.config, outputs=call.allocate_outputs())
-    return call.result(outputs)
+    # bind() is cached per (shape, config) by the selector; call() runs the bound op without the
+    # per-call output revalidation of dispatch() (the adapter allocates the outputs itself).
+    selector = api.current_selector()
+    bound_op = selector.bind(_OP, call.shape, call.config)
+    return call.result(selector.call(bound_op, call.inputs, call.allocate_outputs()))

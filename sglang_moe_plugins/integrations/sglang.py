@@ -264,9 +264,14 @@ def mega_moe_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> An
     call = mega_adapter.build_call(*args, **kwargs)
     if call is None:  # the adapter logs the precise reason once
         return _delegate("mega_moe", "mega unmodelled", "arguments the mega_moe op does not model", original, args, kwargs)
-    # NoPluginAvailableError propagates: never handed to SGLang silently.
-    outputs = api.current_selector().dispatch("mega_moe", call.inputs, call.shape, call.config, outputs=call.allocate_outputs())
-    return call.result(outputs)
+    # Bound once per plan (layer and flags) and selector: a repeated call does no selection, no shape
+    # hashing, no output revalidation. NoPluginAvailableError propagates: never handed to SGLang
+    # silently; MegaMoE is collective, so a plugin error is raised on this rank (no per-rank fallback).
+    selector = api.current_selector()
+    cached = call.plan.cache.get("bound")
+    if cached is None or cached[0] is not selector:
+        cached = call.plan.cache["bound"] = (selector, selector.bind("mega_moe", call.shape, call.config))
+    return call.result(selector.call(cached[1], call.inputs, call.allocate_outputs()))
 
 
 _HOOKS.update({"silu_mul_quant": silu_mul_quant_hook, "mega_moe": mega_moe_hook})

@@ -10,6 +10,8 @@ pre-dispatch and the kernel: no import, no environment read, one SM reservation.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import os
 import sys
 import threading
@@ -31,17 +33,59 @@ _buffers: dict[tuple, Any] = {}
 
 Launch = Callable[[MegaMoEInputs, MegaMoEOutputs], None]
 
+#: The keywords build_launch offers SGLang's ``_get_mega_moe_symm_buffer`` (after the group and five sizes).
+_HOST_BUFFER_KEYWORDS = ("num_shared_experts", "mma_type", "activation")
+#: The top-k dtypes the prepared Triton pre-dispatch reads as they are (no per-call copy).
+_NATIVE_IDS = (torch.int32, torch.int64)
+_NATIVE_WEIGHTS = (torch.float32, torch.bfloat16)
+
+
+@functools.lru_cache(maxsize=16)
+def _host_buffer_keywords(function: Callable[..., Any]) -> frozenset[str] | None:
+    """The keywords of :data:`_HOST_BUFFER_KEYWORDS` that ``function`` takes (its signature, read once per
+    function): 0.5.21 takes ``mma_type`` only, 0.5.22 adds ``num_shared_experts``, 0.5.23 ``activation``.
+    None when the signature cannot be read."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return frozenset(_HOST_BUFFER_KEYWORDS)
+    return frozenset(k for k in _HOST_BUFFER_KEYWORDS if k in parameters)
+
+
+def _host_buffer(get_buffer: Callable[..., Any], keywords: frozenset[str]) -> Callable[..., Any]:
+    """``get_buffer`` called with only the keywords its release takes. A layer with shared experts on a
+    release whose helper has no ``num_shared_experts`` raises :class:`KernelNotAvailableError` (its buffer
+    would have no shared-expert activations)."""
+
+    def host_buffer(group: Any, *sizes: int, **offered: Any) -> Any:
+        if offered.get("num_shared_experts", 0) and "num_shared_experts" not in keywords:
+            raise KernelNotAvailableError(
+                f"SGLang's _get_mega_moe_symm_buffer takes no num_shared_experts on this release; "
+                f"num_shared_experts={offered['num_shared_experts']} needs it")
+        return get_buffer(group, *sizes, **{k: v for k, v in offered.items() if k in keywords})
+
+    host_buffer.keywords = keywords  # type: ignore[attr-defined]  # for tests
+    return host_buffer
+
 
 def host_helpers(api: DeepGemmApi) -> tuple[Callable[..., Any] | None, Callable[[Any], Any] | None]:
     """SGLang's ``(_get_mega_moe_symm_buffer, _configure_mega_moe_deep_gemm_num_sms)`` when the process
-    already loaded SGLang's MegaMoE module (never imported from here); the buffer helper only when the
-    release takes the arguments SGLang passes (``num_shared_experts``, ``mma_type``)."""
+    already loaded SGLang's MegaMoE module (never imported from here). The buffer helper is wrapped to
+    pass only the keywords the host's signature has (read once per process), and used only when the
+    installed deep_gemm takes ``mma_type``."""
     host = sys.modules.get(_SGLANG_HOST_MODULE)
     if host is None:
         return None, None
+    context = getattr(host, "_configure_mega_moe_deep_gemm_num_sms", None)
     get_buffer = getattr(host, "_get_mega_moe_symm_buffer", None)
-    takes = all(api.takes("get_symm_buffer_for_mega_moe", p) for p in ("num_shared_experts", "mma_type"))
-    return (get_buffer if takes else None), getattr(host, "_configure_mega_moe_deep_gemm_num_sms", None)
+    if get_buffer is None or not api.takes("get_symm_buffer_for_mega_moe", "mma_type"):
+        return None, context
+    keywords = _host_buffer_keywords(get_buffer)
+    if keywords is None or "mma_type" not in keywords:
+        return None, context
+    return _host_buffer(get_buffer, keywords), context
 
 
 def _sm_limit(device: torch.device | None = None) -> int:
@@ -86,6 +130,9 @@ def build_launch(variant: Any, api: DeepGemmApi, choice: str, shape: MegaMoEShap
     """The launch closure of ``variant`` (a :class:`~.mega_deep_gemm.Variant`) for one shape and config."""
     deep_gemm = load_deep_gemm()
     host_buffer, host_context = host_helpers(api)
+    if host_buffer is not None and shape.num_shared_experts and \
+            "num_shared_experts" not in getattr(host_buffer, "keywords", _HOST_BUFFER_KEYWORDS):
+        host_buffer = None  # that release's helper makes no shared-expert buffers: deep_gemm's own
     cap, top_k, hidden = shape.max_tokens_per_rank, shape.top_k, shape.hidden
     sm100 = variant.arch == "sm100"
     reserve = _make_reserve(deep_gemm, host_context) if sm100 else None
@@ -133,6 +180,7 @@ def build_launch(variant: Any, api: DeepGemmApi, choice: str, shape: MegaMoEShap
         return value
 
     pre_dispatch = _pre_dispatch(variant, api, choice, deep_gemm, config)
+    native = choice == "triton"  # the prepared launcher reads int32/int64 ids, fp32/bf16 weights as they are
 
     # -- the entry point
     kernel = getattr(deep_gemm, variant.kernel)
@@ -156,8 +204,13 @@ def build_launch(variant: Any, api: DeepGemmApi, choice: str, shape: MegaMoEShap
         if group is None:
             raise KernelNotAvailableError(f"{plugin}: DeepGEMM MegaMoE needs the expert-parallel process group (MegaMoEInputs.ep_group)")
         if num_tokens > 0:
-            ids = inputs.topk_ids.to(torch.int32)
-            weights = inputs.topk_weights.to(torch.float32)
+            ids, weights = inputs.topk_ids, inputs.topk_weights
+            if not native or ids.dtype not in _NATIVE_IDS:
+                ids = ids.to(torch.int32)
+            if not native or weights.dtype not in _NATIVE_WEIGHTS:
+                weights = weights.to(torch.float32)
+        elif native:
+            ids = weights = None
         else:
             ids = x.new_empty((0, top_k), dtype=torch.int32)
             weights = x.new_empty((0, top_k), dtype=torch.float32)
@@ -179,11 +232,33 @@ def _pre_dispatch(variant: Any, api: DeepGemmApi, choice: str, deep_gemm: Any, c
     """``pre(x, ids, weights, buf, num_tokens, shared_block_m, shared)`` for the chosen implementation."""
     rsf = config.routed_scaling_factor
     name = variant.variant
-    if choice in ("triton", "torch"):
-        if choice == "triton":
-            from ._mega_pre_dispatch_triton import pre_dispatch as ours  # noqa: PLC0415
-        else:
-            from ..ops.mega_moe_numerics import pre_dispatch_reference as ours  # noqa: PLC0415
+    if choice == "triton":
+        from ._mega_pre_dispatch_triton import prepare_pre_dispatch  # noqa: PLC0415
+
+        # one prepared launcher per symmetric buffer and shared-expert block size (the buffer's
+        # tensors and the block size are fixed in it); the buffer object is kept to check identity
+        launchers: dict[tuple[int, int], tuple[Any, Callable[..., None]]] = {}
+        launchers_lock = threading.Lock()
+
+        def launcher(buf: Any, block_m: int, shared: bool) -> Callable[..., None]:
+            key = (id(buf), block_m if shared else -1)
+            with launchers_lock:
+                entry = launchers.get(key)
+                if entry is None or entry[0] is not buf:
+                    entry = launchers[key] = (buf, prepare_pre_dispatch(
+                        buf.x, buf.x_sf, buf.topk_idx, buf.topk_weights, variant=name, routed_scaling_factor=rsf,
+                        shared_x_sf=buf.shared_l1_acts_sf if shared else None, shared_block_m=block_m if shared else 0,
+                    ))
+            return entry[1]
+
+        def pre(x, ids, weights, buf, num_tokens, block_m, shared):  # type: ignore[no-untyped-def]
+            entry = launchers.get((id(buf), block_m if shared else -1))
+            run = entry[1] if entry is not None and entry[0] is buf else launcher(buf, block_m, shared)
+            run(x, ids, weights)
+
+        return pre
+    if choice == "torch":
+        from ..ops.mega_moe_numerics import pre_dispatch_reference as ours  # noqa: PLC0415
 
         def pre(x, ids, weights, buf, num_tokens, block_m, shared):  # type: ignore[no-untyped-def]
             ours(x, ids, weights, buf.x, buf.x_sf, buf.topk_idx, buf.topk_weights, variant=name, routed_scaling_factor=rsf,
