@@ -35,7 +35,6 @@ import os
 import pathlib
 import platform as _platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -317,15 +316,10 @@ def _unexpected_original(*args, **kwargs):
 
 # ------------------------------------------------------------------------------------------ output
 def _commit() -> str:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                               text=True, timeout=10)
-        if sha.returncode == 0:
-            return sha.stdout.strip() + (" (+ uncommitted changes)" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return os.environ.get("HOST_OVERHEAD_COMMIT", "unknown")
+    """The measured commit: ``$SGLANG_MOE_PLUGINS_COMMIT`` (a copied tree's ``.git`` may be older), else git."""
+    from sglang_moe_plugins.bench.provenance import source_commit
+
+    return source_commit(ROOT)
 
 
 def _versions() -> dict:

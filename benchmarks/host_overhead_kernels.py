@@ -31,7 +31,6 @@ import json
 import pathlib
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any, Callable
@@ -41,11 +40,10 @@ sys.path.insert(0, str(ROOT))
 
 
 def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip() or "unknown"
-    except Exception:  # noqa: BLE001 - not a git checkout
-        return "unknown"
+    """The measured commit: ``$SGLANG_MOE_PLUGINS_COMMIT`` (a copied tree's ``.git`` may be older), else git."""
+    from sglang_moe_plugins.bench.provenance import source_commit
+
+    return source_commit(ROOT)
 
 
 def _versions() -> dict[str, Any]:
