@@ -57,7 +57,7 @@ class ExampleTorchPlugin(Plugin):
     priority = 25
     #: The plugin contract this code was written for. Do not write ``CONTRACT_VERSION`` here to silence
     #: a mismatch: the number says what the code was checked against.
-    contract_version = 1
+    contract_version = 2
     description = "example third-party plugin: vectorised pure torch, group 128, natural gate/up layout"
     #: ``chunk_experts``: process this many experts at a time to bound temporary memory (0: all at once).
     #: Users set it in the config file: ``[options.example_torch] chunk_experts = 8``.
