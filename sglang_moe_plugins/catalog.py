@@ -167,14 +167,9 @@ def mega_moe_cases(model: ModelSpec, *, ep: int = 1, platform: Platform = Platfo
         return [MegaMoECase(head, None, None, f"SGLang runs MegaMoE on sm90 and sm100 only, not on {platform}")]
     shape = mega_moe.MegaMoEShape(num_experts=model.experts, hidden=model.hidden, intermediate=model.inter,
                                   top_k=model.topk, ep_size=ep)
-    extra = {}
-    if "deep_gemm" in getattr(mega_moe.MegaMoEConfig, "__dataclass_fields__", {}):
-        from .deep_gemm_api import detect_deep_gemm_api
-
-        extra["deep_gemm"] = detect_deep_gemm_api()  # the sgl-deep-gemm installed here
     cases = []
     for label, variant, weights in variants:
         config = mega_moe.MegaMoEConfig(platform=platform, variant=variant, weight_format=weights,
-                                        activation_clamp=model.swiglu_limit, **extra)
+                                        activation_clamp=model.swiglu_limit)
         cases.append(MegaMoECase(f"{head} {label}", shape, config))
     return cases

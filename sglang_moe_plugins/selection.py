@@ -201,7 +201,10 @@ class Selector:
             try:
                 support = _as_support(record.plugin.supports(shape, config), record.name)
             except Exception as exc:  # noqa: BLE001 - a broken plugin must not take selection down
-                if self.strict:
+                if self.strict or get_op(op).collective:
+                    why = "strict = true" if self.strict else f"op {op!r} is collective: no per-rank fallback"
+                    exc.add_note(f"sglang-moe-plugins: raised by plugin {record.name!r} (supports) on op {op!r}; "
+                                 f"not falling back: {why}")
                     raise
                 self._log_error_once((op, shape, config), record.name, f"plugin {record.name!r}: supports() raised", exc)
                 candidates.append(Candidate(record.name, record.priority, Verdict.ERROR, f"supports() raised {type(exc).__name__}: {exc}"))
@@ -255,7 +258,8 @@ class Selector:
                 try:
                     bound = self._make_bound(op, shape, config, record)
                 except Exception as exc:  # noqa: BLE001 - the failure policy decides
-                    self._on_failure(key, record.name, exc, capturing=False, collective=get_op(op).collective, stage="prepare")
+                    capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+                    self._on_failure(key, record.name, exc, capturing=capturing, collective=get_op(op).collective, stage="prepare")
                     continue
                 if self._fits("bound ops", self._bound):
                     self._bound[key] = bound
@@ -293,8 +297,10 @@ class Selector:
     def remember(self, key: Hashable, bound: BoundOp) -> None:
         """Keep ``bound`` under a caller's own ``key`` (e.g. the raw arguments of a hooked call), once its
         outputs were checked. The cache is dropped whenever a plugin is marked failed."""
-        if bound.checked and self._fits("hooked-call keys", self.call_cache):
-            self.call_cache[key] = bound
+        with self._lock:  # a plugin marked failed meanwhile has dropped its bound op: keep nothing stale
+            current = self._bound.get((bound.op, bound.shape, bound.config)) is bound
+            if current and bound.checked and self._fits("hooked-call keys", self.call_cache):
+                self.call_cache[key] = bound
 
     # -- running ------------------------------------------------------------------------------
     def call(self, bound: BoundOp, inputs: Any, outputs: Any = None, device: torch.device | None = None) -> Any:
@@ -360,6 +366,8 @@ class Selector:
             reason = f"{type(exc).__name__}: {exc}"
         op = key[0] if isinstance(key, tuple) and key else "?"
         with self._lock:
+            if key not in self._failed and not self._fits("failed keys", self._failed):
+                self._failed.clear()  # past the cap: forget old failures (each is found again, and logged once)
             failed = self._failed.setdefault(key, {})
             if plugin in failed:  # another thread recorded this failure already; keep its new selection
                 return

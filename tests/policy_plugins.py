@@ -63,3 +63,12 @@ class PreparedReference(Plugin):
     def run(self, inputs, outputs, shape, config):
         self.runs += 1
         silu_mul_quant_reference(inputs, outputs, shape, config)
+
+
+class MegaSupportsRaises(MegaRaises):
+    """A mega_moe plugin ranked first whose ``supports`` raises (e.g. a probe that fails on one rank only)."""
+
+    name = "policy_mega_supports_raises"
+
+    def supports(self, shape, config):
+        raise RuntimeError("probe failed on this rank")

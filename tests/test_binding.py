@@ -172,3 +172,21 @@ def test_bound_op_allocates_the_host_layout(make_selector):
         want = smq.allocate_outputs(shape, config, torch.device("cpu"))
         assert (out.scale.shape, out.scale.stride(), out.scale.dtype) == (want.scale.shape, want.scale.stride(), want.scale.dtype)
         assert (out.out.shape, out.out.dtype) == (want.out.shape, want.out.dtype)
+
+
+def test_remember_keeps_no_bound_op_of_a_plugin_marked_failed_meanwhile(make_selector):
+    """A hook that bound before another thread marked the plugin failed must not cache the stale op."""
+    from sglang_moe_plugins.plugins.reference import ReferencePlugin
+
+    sel = make_selector(ReferencePlugin())
+    inputs, shape, config = random_call()
+    bound = sel.bind(smq.OP, shape, config)
+    sel.call(bound, inputs)  # checked: may be remembered
+    sel.mark_failed((smq.OP, shape, config), "reference", RuntimeError("failed on another thread"))
+    sel.remember("raw-key", bound)
+    assert "raw-key" not in sel.call_cache
+    fresh_sel = make_selector(ReferencePlugin())
+    fresh = fresh_sel.bind(smq.OP, shape, config)
+    fresh_sel.call(fresh, inputs)
+    fresh_sel.remember("raw-key", fresh)
+    assert fresh_sel.call_cache["raw-key"] is fresh

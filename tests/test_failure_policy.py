@@ -196,6 +196,19 @@ def test_collective_op_never_falls_back_per_rank(runner, caplog):
     assert y.shape == (problem.inputs.num_tokens, problem.shape.hidden) and torch.isfinite(y.float()).all()
 
 
+def test_collective_op_never_falls_back_when_supports_raises(runner):
+    """A supports() that raises on one rank must not send that rank to another kernel: the call raises."""
+    import sglang.srt.layers.moe.mega_moe as host
+    from _mega_cases import make_problem
+
+    api.reload(UserConfig(), entry_points=[ep("policy_mega_supports_raises", "policy_plugins:MegaSupportsRaises"), MEGA_REFERENCE])
+    problem = make_problem("fp8xfp4", seed=4)
+    with pytest.raises(RuntimeError, match="probe failed on this rank") as info:
+        _mega_call(host, problem)
+    assert any("collective" in note and "policy_mega_supports_raises" in note for note in info.value.__notes__)
+    api.reload(UserConfig(), entry_points=[MEGA_REFERENCE])
+
+
 def test_non_collective_op_still_falls_back(runner, caplog):
     api.reload(UserConfig(), entry_points=[ep("policy_smq_raises", "policy_plugins:SmqRaises"), REFERENCE])
     gateup, masked = data()

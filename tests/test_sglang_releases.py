@@ -411,3 +411,9 @@ def test_hooked_function_returns_the_layout_of_the_table_entry(release: str, str
     out, scale = runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
     assert out.shape == (2, 6, 512) and scale.shape == (2, 6, 4) and scale.stride() == strides
     assert torch.isfinite(scale[0]).all() and (scale[0] > 0).all()
+
+
+def test_a_local_build_of_a_listed_release_is_that_release() -> None:
+    """``0.5.23+cu129`` (a local build) gets 0.5.23's table entry, not "unsupported"."""
+    case = sv.version_case("0.5.19+local.build", environ={})
+    assert case.table_release == "0.5.19" and case.case in ("known",), case.message

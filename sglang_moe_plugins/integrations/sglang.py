@@ -65,12 +65,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-_SMQ_PARAMS = (
-    "gateup_output", "masked_m", "group_size", "topk", "swiglu_limit", "swizzle",
-    "gemm1_alpha", "gemm1_clamp_limit", "num_real_tokens", "silu_mul_keep_fp32",
-)
-
-
 class _CallCounter:
     """Calls of one hook: ``next()`` on an ``itertools.count`` is atomic (one C call under the GIL), so
     counting takes no lock on the hot path."""

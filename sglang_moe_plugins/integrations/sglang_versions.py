@@ -233,11 +233,12 @@ def version_case(
         checks = (TargetCheck("sglang", "*", False, "sglang is not installed"),)
         return VersionCase("absent", None, None, False, "sglang is not installed", checks)
     known = ", ".join(sorted(table, key=_release_key)) or "(none)"
-    if version in table:
-        checks = tuple(_check(t, f"sglang {version}") for t in table[version])
-        return VersionCase("known", version, version, True, f"sglang {version} is in the version table", checks, table[version])
+    public = version.split("+", 1)[0]  # a local build of a listed release (e.g. 0.5.23+cu129) is that release
+    if public in table:
+        checks = tuple(_check(t, f"sglang {version}") for t in table[public])
+        return VersionCase("known", version, public, True, f"sglang {version} is in the version table", checks, table[public])
     newest = max(table, key=_release_key) if table else None
-    if newest is None or _release_key(version) <= _release_key(newest):
+    if newest is None or _release_key(public) <= _release_key(newest):
         message = f"sglang {version} is not in the version table (known: {known}); no hooks"
         return VersionCase("unsupported", version, None, False, message, (TargetCheck("sglang", "*", False, message),))
     targets = table[newest]
