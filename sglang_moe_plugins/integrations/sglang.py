@@ -254,12 +254,13 @@ def silu_mul_quant_hook(original: Callable[..., Any], *args: Any, **kwargs: Any)
 
 
 # -- mega_moe ---------------------------------------------------------------------------------------
+_mega_calls = _calls["mega_moe"].hit
 _mega_adapter: Any = None
 
 
 def mega_moe_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """AROUND hook of ``run_mega_routed_experts``: same arguments, same return value."""
-    _count("mega_moe")
+    _mega_calls()
     global _mega_adapter
     adapter = _mega_adapter
     if adapter is None:
