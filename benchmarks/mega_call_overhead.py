@@ -10,12 +10,15 @@
 Prints the median of 5 x 1000 back-to-back calls per path (host time: the loop synchronizes once at
 its end), the plugin's paths with ``pre_dispatch="host"`` (DeepGEMM's ``mega_moe_pre_dispatch_sm90``,
 the default) or ``"triton"`` (the prepared Triton launcher, top-k ids/weights read as they are), and
-the difference to the direct calls (always DeepGEMM's pre-dispatch). Target (issue #12): the hooked call at most 10 us above direct.
+the difference to the direct calls (always DeepGEMM's pre-dispatch). ``bound_us``: the op bound as the
+hook binds it, run by ``Selector.call`` without the adapter (``bound_launch_is_prepared_launch`` must be
+true: the plugin's ``prepare`` is memoized, so the hook launches the very closure timed as ``prepared``). Target (issue #12): the hooked call at most 10 us above direct.
 
 ``--cpu``: the hook layer alone (no GPU, no DeepGEMM): SGLang's real ``load_plugins()`` and its hooked
 ``run_mega_routed_experts`` on CPU tensors, a do-nothing ``mega_moe`` plugin (``prepare`` returns a launch
 that does nothing) forced; the per-call cost of everything but the plugin's launch (``build_call``, the
-bound op, ``Selector.call``, the output allocation). Target: <= ~8 us. ``--profile``: cProfile of it.
+bound op, ``Selector.call``; ``hook_layer_us`` = hooked less the output allocation). Thread CPU time, min of
+5 x 20000 calls. Target: <= ~8 us. ``--profile``: cProfile of it.
 """
 
 from __future__ import annotations
