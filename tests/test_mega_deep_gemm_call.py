@@ -293,8 +293,10 @@ def test_the_launch_is_prepared_once_per_key(monkeypatch: pytest.MonkeyPatch) ->
     plugin = mdg.MegaSm90Fp8Plugin(API_MMA_TYPE)
     plugin.options = {"pre_dispatch": "torch"}
     prepared = []
-    real = plugin.prepare
-    monkeypatch.setattr(plugin, "prepare", lambda shape, config: prepared.append(shape) or real(shape, config))
+    from sglang_moe_plugins.plugins import _mega_deep_gemm_launch as launch_module
+
+    real = launch_module.build_launch
+    monkeypatch.setattr(launch_module, "build_launch", lambda *a: prepared.append(a[3]) or real(*a))
     group = FakeGroup()
     for seed, tokens in ((31, 5), (32, 9), (33, 0)):
         problem = make_problem("sm90_fp8", seed=seed, tokens=tokens)
@@ -303,6 +305,12 @@ def test_the_launch_is_prepared_once_per_key(monkeypatch: pytest.MonkeyPatch) ->
         plugin.run(inputs, mm.allocate_outputs(problem.shape, config, inputs.device, num_tokens=tokens), problem.shape, config)
     assert len(prepared) == 1  # the token count is not part of the key
     assert len(rec.named("get_symm_buffer_for_mega_moe")) == 1 and len(rec.named("fp8_mega_moe")) == 3
+    # run, a bound op and any caller of prepare share the one closure of the key
+    assert plugin.prepare(problem.shape, config) is plugin.prepare(problem.shape, config)
+    assert len(prepared) == 1
+    plugin.options = {"pre_dispatch": "host"}
+    assert plugin.prepare(problem.shape, config) is not plugin._prepared[(problem.shape, config, "torch")]
+    assert len(prepared) == 2
 
 
 def test_run_errors_name_the_argument(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -60,6 +60,10 @@ __all__ = [
     "MegaCall",
     "MegaPlan",
     "build_call",
+    "plan_for",
+    "inputs_for",
+    "allocate",
+    "result",
     "reset",
     "HOST_FUNCTION",
     "KNOWN_KWARGS",
@@ -195,12 +199,23 @@ class MegaCall:
         return self.inputs.hidden_states.shape[0]
 
     def allocate_outputs(self) -> mm.MegaMoEOutputs:
-        rows = max(self.inputs.hidden_states.shape[0], 1)
-        return mm.MegaMoEOutputs(torch.empty((rows, self.plan.shape.hidden), dtype=torch.bfloat16, device=self.plan.device))
+        return allocate(self.plan, self.inputs.hidden_states.shape[0])
 
     def result(self, outputs: mm.MegaMoEOutputs) -> torch.Tensor:
         """The host's return value: ``y[:num_tokens]``."""
-        return outputs.y[: self.inputs.hidden_states.shape[0]]
+        return result(outputs, self.inputs.hidden_states.shape[0])
+
+
+def allocate(plan: MegaPlan, num_tokens: int) -> mm.MegaMoEOutputs:
+    """``y`` of ``max(num_tokens, 1)`` rows, as the host allocates it."""
+    return mm.MegaMoEOutputs(torch.empty((max(num_tokens, 1), plan.shape.hidden), dtype=torch.bfloat16, device=plan.device))
+
+
+def result(outputs: mm.MegaMoEOutputs, num_tokens: int) -> torch.Tensor:
+    """The host's return value, ``y[:num_tokens]``: ``y`` itself when it has exactly that many rows (a
+    slice costs a view, ~3 us of host time)."""
+    y = outputs.y
+    return y if y.shape[0] == num_tokens else y[:num_tokens]
 
 
 def variant_of(experts: Any) -> str | None:
@@ -290,6 +305,58 @@ def _fits(plan: MegaPlan, experts: Any, hidden_states: torch.Tensor, topk_ids: A
     return topk_ids.device == plan.device and topk_weights.device == plan.device
 
 
+def plan_for(
+    experts: Any,
+    hidden_states: torch.Tensor,
+    topk_ids: torch.Tensor | None,
+    topk_weights: torch.Tensor | None,
+    kwargs: dict[str, Any],
+) -> MegaPlan | None:
+    """The layer's plan for a ``run_mega_routed_experts`` call (a dict lookup and the batch checks on a
+    hit), or None to run the original unchanged. The hook's hot path: :func:`build_call` without the
+    :class:`MegaCall`. Raises InvalidArgumentError for arguments the op rejects."""
+    settings = _settings if _settings is not None else _get_settings()
+    try:
+        key = _key(experts, hidden_states, topk_ids, topk_weights, kwargs)
+    except (KeyError, AttributeError, TypeError):
+        key = None
+    plan = _plans.get(key) if key is not None else None
+    num_tokens = kwargs.get("num_tokens")
+    if plan is not None and _fits(plan, experts, hidden_states, topk_ids, topk_weights, num_tokens):
+        return plan
+    why = _unmodelled(experts, kwargs, settings)
+    if why is not None:
+        _log_once(f"unmodelled:{why}", logging.INFO, "sglang-moe-plugins: MegaMoE call left to SGLang: %s", why)
+        return None
+    if isinstance(hidden_states, torch.Tensor) and num_tokens != hidden_states.shape[0]:
+        raise InvalidArgumentError(mm.OP, "num_tokens", num_tokens, f"hidden_states.shape[0] = {hidden_states.shape[0]}")
+    try:
+        plan = _plan(experts, hidden_states, topk_ids, topk_weights, kwargs, settings)
+    except AttributeError as exc:
+        _log_once(f"attribute:{exc}", logging.WARNING, "sglang-moe-plugins: MegaMoE call left to SGLang: experts lack %s", exc)
+        return None
+    if key is not None:
+        with _lock:
+            if len(_plans) >= MAX_PLANS:
+                _plans.clear()
+                full = True
+            else:
+                full = False
+            _plans[key] = plan
+        if full:
+            _log_once("plans-full", logging.WARNING,
+                      "sglang-moe-plugins: more than %d MegaMoE layer plans; cache cleared (ever-changing arguments?)", MAX_PLANS)
+    return plan
+
+
+def inputs_for(plan: MegaPlan, hidden_states: torch.Tensor, topk_ids: Any, topk_weights: Any) -> mm.MegaMoEInputs:
+    """The op's inputs of one call of ``plan``'s layer."""
+    return mm.MegaMoEInputs(
+        hidden_states, topk_ids, topk_weights, plan.l1_weights, plan.l2_weights,
+        plan.shared_l1_weights, plan.shared_l2_weights, plan.ep_group,
+    )
+
+
 def build_call(
     experts: Any,
     hidden_states: torch.Tensor,
@@ -301,38 +368,7 @@ def build_call(
 
     Raises InvalidArgumentError for arguments the op rejects.
     """
-    settings = _settings if _settings is not None else _get_settings()
-    try:
-        key = _key(experts, hidden_states, topk_ids, topk_weights, kwargs)
-    except (KeyError, AttributeError, TypeError):
-        key = None
-    plan = _plans.get(key) if key is not None else None
-    num_tokens = kwargs.get("num_tokens")
-    if plan is None or not _fits(plan, experts, hidden_states, topk_ids, topk_weights, num_tokens):
-        why = _unmodelled(experts, kwargs, settings)
-        if why is not None:
-            _log_once(f"unmodelled:{why}", logging.INFO, "sglang-moe-plugins: MegaMoE call left to SGLang: %s", why)
-            return None
-        if isinstance(hidden_states, torch.Tensor) and num_tokens != hidden_states.shape[0]:
-            raise InvalidArgumentError(mm.OP, "num_tokens", num_tokens, f"hidden_states.shape[0] = {hidden_states.shape[0]}")
-        try:
-            plan = _plan(experts, hidden_states, topk_ids, topk_weights, kwargs, settings)
-        except AttributeError as exc:
-            _log_once(f"attribute:{exc}", logging.WARNING, "sglang-moe-plugins: MegaMoE call left to SGLang: experts lack %s", exc)
-            return None
-        if key is not None:
-            with _lock:
-                if len(_plans) >= MAX_PLANS:
-                    _plans.clear()
-                    full = True
-                else:
-                    full = False
-                _plans[key] = plan
-            if full:
-                _log_once("plans-full", logging.WARNING,
-                          "sglang-moe-plugins: more than %d MegaMoE layer plans; cache cleared (ever-changing arguments?)", MAX_PLANS)
-    inputs = mm.MegaMoEInputs(
-        hidden_states, topk_ids, topk_weights, plan.l1_weights, plan.l2_weights,
-        plan.shared_l1_weights, plan.shared_l2_weights, plan.ep_group,
-    )
-    return MegaCall(inputs, plan)
+    plan = plan_for(experts, hidden_states, topk_ids, topk_weights, kwargs)
+    if plan is None:
+        return None
+    return MegaCall(inputs_for(plan, hidden_states, topk_ids, topk_weights), plan)

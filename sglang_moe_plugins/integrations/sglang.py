@@ -248,24 +248,43 @@ def silu_mul_quant_hook(original: Callable[..., Any], *args: Any, **kwargs: Any)
 
 
 # -- mega_moe ---------------------------------------------------------------------------------------
+_mega_calls = _calls["mega_moe"].hit
+_mega_adapter: Any = None
+
+
 def mega_moe_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """AROUND hook of ``run_mega_routed_experts``: same arguments, same return value."""
-    _count("mega_moe")
+    _mega_calls()
+    global _mega_adapter
+    adapter = _mega_adapter
+    if adapter is None:
+        try:
+            from . import mega_adapter as adapter
+        except ImportError as exc:
+            return _delegate("mega_moe", "mega adapter", f"the mega adapter unavailable ({exc})", original, args, kwargs)
+        _mega_adapter = adapter
     try:
-        from . import mega_adapter
-    except ImportError as exc:
-        return _delegate("mega_moe", "mega adapter", f"the mega adapter unavailable ({exc})", original, args, kwargs)
-    call = mega_adapter.build_call(*args, **kwargs)
-    if call is None:  # the adapter logs the precise reason once
-        return _delegate("mega_moe", "mega unmodelled", "arguments the mega_moe op does not model", original, args, kwargs)
+        experts, hidden_states, topk_ids, topk_weights = args
+    except ValueError:  # not the four positional arguments: build_call decides
+        call = adapter.build_call(*args, **kwargs)
+        if call is None:
+            return _delegate("mega_moe", "mega unmodelled", "arguments the mega_moe op does not model", original, args, kwargs)
+        plan, hidden_states, topk_ids, topk_weights = call.plan, call.inputs.hidden_states, call.inputs.topk_ids, call.inputs.topk_weights
+    else:
+        plan = adapter.plan_for(experts, hidden_states, topk_ids, topk_weights, kwargs)
+        if plan is None:  # the adapter logs the precise reason once
+            return _delegate("mega_moe", "mega unmodelled", "arguments the mega_moe op does not model", original, args, kwargs)
     # Bound once per plan (layer and flags) and selector: a repeated call does no selection, no shape
     # hashing, no output revalidation. NoPluginAvailableError propagates: never handed to SGLang
     # silently; MegaMoE is collective, so a plugin error is raised on this rank (no per-rank fallback).
     selector = api.current_selector()
-    cached = call.plan.cache.get("bound")
+    cached = plan.cache.get("bound")
     if cached is None or cached[0] is not selector:
-        cached = call.plan.cache["bound"] = (selector, selector.bind("mega_moe", call.shape, call.config))
-    return call.result(selector.call(cached[1], call.inputs, call.allocate_outputs()))
+        cached = plan.cache["bound"] = (selector, selector.bind("mega_moe", plan.shape, plan.config))
+    num_tokens = hidden_states.shape[0]
+    outputs = selector.call(cached[1], adapter.inputs_for(plan, hidden_states, topk_ids, topk_weights),
+                            adapter.allocate(plan, num_tokens))
+    return adapter.result(outputs, num_tokens)
 
 
 _HOOKS.update({"silu_mul_quant": silu_mul_quant_hook, "mega_moe": mega_moe_hook})

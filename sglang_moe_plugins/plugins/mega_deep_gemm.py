@@ -241,22 +241,25 @@ class MegaDeepGemmPlugin(Plugin):
 
     # -- running -----------------------------------------------------------------------------------
     def run(self, inputs: MegaMoEInputs, outputs: MegaMoEOutputs, shape: MegaMoEShape, config: MegaMoEConfig) -> None:
-        key = (shape, config, self.options.get("pre_dispatch"))  # options may be replaced after creation
+        self.prepare(shape, config)(inputs, outputs)
+
+    def prepare(self, shape: MegaMoEShape, config: MegaMoEConfig) -> Callable[[MegaMoEInputs, MegaMoEOutputs], None]:
+        """The launch closure of this shape and config: arguments, pre-dispatch and SM reservation chosen once.
+
+        One closure per ``(shape, config, pre_dispatch)`` and plugin instance: ``run``, a bound op and a
+        caller of ``prepare`` share it (one prepared pre-dispatch launcher per buffer, not one per caller)."""
+        key = (shape, config, self.pre_dispatch_choice())  # options may be replaced after creation
         launch = self._prepared.get(key)
         if launch is None:
             with self._lock:
                 launch = self._prepared.get(key)
                 if launch is None:
+                    from ._mega_deep_gemm_launch import build_launch  # noqa: PLC0415 - deep_gemm and friends on first use
+
                     if len(self._prepared) >= 256:
                         self._prepared.clear()
-                    launch = self._prepared[key] = self.prepare(shape, config)
-        launch(inputs, outputs)
-
-    def prepare(self, shape: MegaMoEShape, config: MegaMoEConfig) -> Callable[[MegaMoEInputs, MegaMoEOutputs], None]:
-        """The launch closure of this shape and config: arguments, pre-dispatch and SM reservation chosen once."""
-        from ._mega_deep_gemm_launch import build_launch  # noqa: PLC0415 - deep_gemm and friends on first use
-
-        return build_launch(self.variant, self.api, self.pre_dispatch_choice(), shape, config, self.name)
+                    launch = self._prepared[key] = build_launch(self.variant, self.api, key[2], shape, config, self.name)
+        return launch
 
 
 class MegaW4A8Plugin(MegaDeepGemmPlugin):
