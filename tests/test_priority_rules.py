@@ -7,6 +7,9 @@ vs force vs disable, the selection's explanation, hashing, and a hooked call thr
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import RecordingPlugin, random_call
@@ -211,3 +214,34 @@ def test_hooked_call_takes_the_rules_plugin():
         assert selector.failed_plugins() == {}
     finally:
         api.reload(UserConfig())
+
+
+# -- the command line -------------------------------------------------------------------------------------
+def test_list_doctor_explain_show_the_rules(tmp_path):
+    from test_cli import cli
+
+    path = tmp_path / "moe.toml"
+    path.write_text('[[priority_rules]]\nop = "silu_mul_quant"\nwhen = { hidden_min = 512, num_experts_max = 512 }\n'
+                    'priority = { reference = 1000 }\n')
+    # This checkout's package, also when the console script was installed from another checkout.
+    root = str(Path(__file__).resolve().parents[1])
+    env = {"SGLANG_MOE_PLUGINS_CONFIG": str(path), "PYTHONPATH": root}
+    want = "priority_rules[0]: silu_mul_quant where hidden >= 512, num_experts <= 512: reference = 1000"
+    listed = cli("list", **env)
+    assert listed.returncode == 0, listed.stderr
+    assert f"  - {want}" in listed.stdout
+    assert json.loads(cli("list", "--json", **env).stdout)["priority_rules"] == [want]
+    doctor = cli("doctor", "--no-self-check", "--no-hooks", **env)
+    assert f"  rule: {want}" in doctor.stdout, doctor.stdout + doctor.stderr
+    data = json.loads(cli("explain", "--experts", "512", "--hidden", "512", "--topk", "10", "--platform", "cpu", "--json", **env).stdout)
+    call = data["calls"][0]
+    assert call["chosen"] == "reference" and data["priority_rules"] == [want]
+    ref = next(c for c in call["candidates"] if c["name"] == "reference")
+    assert ref["priority"] == 1000 and ref["reason"].endswith("priority 1000 from priority_rules[0] (hidden >= 512, num_experts <= 512) instead of 0")
+    text = cli("explain", "--experts", "512", "--hidden", "512", "--topk", "10", "--platform", "cpu", **env).stdout
+    assert f"priority rule: {want}" in text and "from priority_rules[0]" in text
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[priority_rules]]\nop = "silu_mul_quant"\nwhen = { rows_max = 768 }\npriority = { jit_ep = 300 }\n')
+    result = cli("list", SGLANG_MOE_PLUGINS_CONFIG=str(bad), PYTHONPATH=root)
+    assert result.returncode == 2 and "unknown shape field 'rows' in priority_rules[0] in" in result.stderr
+    assert "valid bounds: num_experts_min, num_experts_max, max_rows_min, max_rows_max" in result.stderr
