@@ -245,3 +245,66 @@ def test_list_doctor_explain_show_the_rules(tmp_path):
     result = cli("list", SGLANG_MOE_PLUGINS_CONFIG=str(bad), PYTHONPATH=root)
     assert result.returncode == 2 and "unknown shape field 'rows' in priority_rules[0] in" in result.stderr
     assert "valid bounds: num_experts_min, num_experts_max, max_rows_min, max_rows_max" in result.stderr
+
+
+# -- bench --write-config -----------------------------------------------------------------------------------
+def test_bench_writes_a_rule_for_a_call_whose_fastest_plugin_is_not_first(monkeypatch, capsys, tmp_path):
+    """Stubbed at the timer only: policy_prepared is fastest at N=4 (10 vs 20 us) and first overall; the
+    reference is fastest at N=300 (20 vs 30 us): the file gets a rule for exactly that shape, which the real
+    selection then follows."""
+    from importlib.metadata import EntryPoint
+
+    import sglang_moe_plugins.bench.runner as runner
+    from sglang_moe_plugins import api
+    from sglang_moe_plugins.bench.cli import run_bench
+    from sglang_moe_plugins.cli import build_parser
+    from sglang_moe_plugins.registry import ENTRY_POINT_GROUP
+
+    for name in list(__import__("os").environ):
+        if name.startswith("SGLANG_MOE_PLUGINS"):
+            monkeypatch.delenv(name)
+    eps = [EntryPoint("reference", "sglang_moe_plugins.plugins.reference:ReferencePlugin", ENTRY_POINT_GROUP),
+           EntryPoint("policy_prepared", "policy_plugins:PreparedReference", ENTRY_POINT_GROUP)]
+    times = {("policy_prepared", 4): 10.0, ("reference", 4): 20.0, ("policy_prepared", 300): 30.0, ("reference", 300): 20.0}
+
+    class Timer:
+        current = None
+
+        def copy_bandwidth(self):
+            return 4e12
+
+        def time_us(self, calls):
+            for call in calls:
+                call()
+            return times[self.current]
+
+    timer = Timer()
+    original = runner._time_plugin
+
+    def timed(record, case, sets, t):
+        timer.current = (record.name, case.shape.max_rows)
+        return original(record, case, sets, t)
+
+    monkeypatch.setattr(runner, "_time_plugin", timed)
+    path = tmp_path / "priorities.toml"
+    try:
+        api.reload(UserConfig(), entry_points=eps)
+        args = build_parser().parse_args(["bench", "--experts", "4", "--hidden", "256", "--topk", "2", "--rows", "4,300",
+                                          "--write-config", str(path), "--quiet"])
+        assert run_bench(args, timer, torch.device("cpu")) == 0
+        out = capsys.readouterr().out
+        text = path.read_text()
+        assert "# custom EP1 TP1 N=300: reference 20.00 us, policy_prepared (first in [priority]) 30.00 us" in text
+        assert text.count("\n[[priority_rules]]\n") == 1
+        assert "per-shape rules this measurement supports" in out and "N=300" in out
+        config = load_config({"SGLANG_MOE_PLUGINS_CONFIG": str(path)})
+        (r,) = config.priority_rules
+        assert r.describe_bounds() == "group_size == 128, hidden == 256, max_rows == 300, num_experts == 4, topk == 2"
+        assert dict(r.priority) == {"reference": max(config.priority.values()) + 10}
+        selector = api.reload(config, entry_points=eps)
+        cfg = random_call()[2]
+        assert selector.select(smq.OP, shape(n=300), cfg).chosen.name == "reference"
+        assert selector.select(smq.OP, shape(n=4), cfg).chosen.name == "policy_prepared"
+        assert selector.select(smq.OP, shape(n=299), cfg).chosen.name == "policy_prepared"
+    finally:
+        api.reload(UserConfig())
