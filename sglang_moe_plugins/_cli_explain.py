@@ -127,6 +127,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     policy = ("strict: a plugin that fails at run time raises" if registry.config.strict else
               "a silu_mul_quant plugin that fails at run time is logged once and the next one runs; mega_moe raises (collective)")
     blocks = ["\n".join([f"platform: {platform_text}", f"failure policy: {policy}"] + [f"note: {n}" for n in notes]
+                         + [f"priority rule: {r.describe()}" for r in registry.config.priority_rules]
                          + [f"WARNING: {w}" for w in warnings])]
     calls = []
     quiet = logging.getLogger("sglang_moe_plugins.selection")
@@ -153,7 +154,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if not calls:
         raise UsageError("--model", "no call matches these arguments")
     payload = {"platform": str(platform), "platform_source": platform_text, "ue8m0": ue8m0, "strict": registry.config.strict,
-               "force": dict(registry.config.force), "notes": notes, "warnings": warnings, "calls": calls}
+               "force": dict(registry.config.force), "notes": notes, "warnings": warnings, "calls": calls,
+               "priority_rules": [r.describe() for r in registry.config.priority_rules]}
     emit(args, payload, "\n\n".join(blocks))
     return 0
 

@@ -53,10 +53,15 @@ def cmd_list(args: argparse.Namespace) -> int:
         text += "\n\nWARNING:\n" + "\n".join(f"  - {w}" for w in warnings)
     if registry.problems:
         text += "\n\nskipped entry points:\n" + "\n".join(f"  - {p.describe()}" for p in registry.problems)
+    rules = [r.describe() for r in registry.config.priority_rules]
+    if rules:
+        text += "\n\npriority rules (per shape bucket; the first matching rule naming a plugin sets its priority):\n" + \
+            "\n".join(f"  - {r}" for r in rules)
     if registry.config.notes:
         text += "\n\nconfiguration notes:\n" + "\n".join(f"  - {n}" for n in registry.config.notes)
     emit(args, {"platform": str(here), "plugins": payload, "problems": [p.__dict__ for p in registry.problems],
-                 "config_notes": list(registry.config.notes), "force": dict(registry.config.force), "warnings": warnings}, text)
+                 "config_notes": list(registry.config.notes), "force": dict(registry.config.force), "warnings": warnings,
+                 "priority_rules": rules}, text)
     return 0
 
 
@@ -150,7 +155,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         config_failed = True
     if registry is not None:
         report["config"] = {"file": registry.config.source, "strict": registry.config.strict, "notes": list(registry.config.notes),
-                            "force": dict(registry.config.force)}
+                            "force": dict(registry.config.force),
+                            "priority_rules": [r.describe() for r in registry.config.priority_rules]}
         forced = {name for name in registry.config.force.values()}
         report["plugins"] = {r.name: r.status + (" [force]" if r.name in forced else "") for r in registry.records()}
         problems += forced_here_warnings(registry)
@@ -185,6 +191,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if "config" in report:
         lines.append(f"config: file={report['config']['file'] or '(none; defaults)'} strict={report['config']['strict']}")
         lines += [f"  note: {n}" for n in report["config"]["notes"]]
+        lines += [f"  rule: {r}" for r in report["config"]["priority_rules"]]
         lines.append("plugins:")
         lines += [f"  {k}: {v}" for k, v in report["plugins"].items()]
     if report.get("self check"):

@@ -12,6 +12,10 @@ File format (every table optional)::
     silu_mul_quant = "triton"
     [options.triton]                     # per-plugin options, validated against the plugin's own
     pdl = false
+    [[priority_rules]]                   # per op and shape bucket: priorities for the matching shapes
+    op = "silu_mul_quant"
+    when = { hidden_min = 8193 }         # inclusive bounds on the op's shape fields (<field>_min / _max)
+    priority = { fp8_fallback = 200 }    # first matching rule naming a plugin wins (priority_rules.py)
 
 Environment:
 
@@ -36,6 +40,7 @@ from types import MappingProxyType
 from typing import Any, Hashable, Iterable, Mapping
 
 from .errors import ConfigError
+from .priority_rules import PriorityRule, check_priority_rules, parse_priority_rules
 
 __all__ = [
     "CONFIG_ENV",
@@ -58,7 +63,7 @@ LEGACY_FP4_ACTS = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_FP4_ACTS"
 LEGACY_MXF4_KIND = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_MXF4_KIND"
 LEGACY_ENV = (LEGACY_JIT_EP, LEGACY_FP4_ACTS, LEGACY_MXF4_KIND)
 
-_TOP_KEYS = ("strict", "debug", "disable", "enable", "priority", "force", "options")
+_TOP_KEYS = ("strict", "debug", "disable", "enable", "priority", "force", "options", "priority_rules")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 #: Priority given to mega_w4a4 when a legacy FP4-activation switch asks for it.
@@ -81,6 +86,8 @@ class UserConfig:
     priority: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
     force: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: _frozen({}))
+    #: ``[[priority_rules]]``: per op and shape bucket priorities, in file order.
+    priority_rules: tuple[PriorityRule, ...] = ()
     #: ``{"disable:<plugin>" | "enable:<plugin>" | "priority:<plugin>": "why"}``: where each entry came from.
     provenance: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
     notes: tuple[str, ...] = ()
@@ -91,7 +98,8 @@ class UserConfig:
         return hash(tuple(_hashable(getattr(self, f.name)) for f in fields(self)))
 
     def check_names(self, plugins: Mapping[str, str], ops: Iterable[str]) -> None:
-        """Raise ConfigError for unknown plugin or op names. ``plugins`` maps name -> op."""
+        """Raise ConfigError for unknown plugin or op names. ``plugins`` maps name -> op; ``ops`` is the op
+        names, or a mapping of op name -> OpSpec (needed to check the shape fields of ``priority_rules``)."""
         valid = ", ".join(sorted(plugins)) or "(none registered)"
         where = f" in {self.source}" if self.source else ""
         for key, names in (("disable", self.disable), ("enable", self.enable), ("priority", self.priority), ("options", self.options)):
@@ -117,6 +125,9 @@ class UserConfig:
                 raise ConfigError(
                 f"force.{op} = {name!r}{where}, but {name!r} is also {self.provenance.get('disable:' + name, 'disabled')}"
             )
+        if self.priority_rules:
+            specs = ops if isinstance(ops, Mapping) else {name: None for name in op_names}
+            check_priority_rules(self.priority_rules, plugins, specs, where)
 
 
 def _hashable(value: Any) -> Hashable:
@@ -165,6 +176,7 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConf
     options = data.get("options", {})
     if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
         raise ConfigError(f"[options]{where} must hold one table per plugin ([options.<plugin>]), got {options!r}")
+    rules = parse_priority_rules(data.get("priority_rules", []), where)
     provenance = {f"disable:{name}": f"disabled by 'disable'{where}" for name in disable}
     provenance.update({f"enable:{name}": f"enabled by 'enable'{where}" for name in enable})
     provenance.update({f"priority:{name}": f"set by [priority]{where}" for name in priority})
@@ -176,6 +188,7 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConf
         priority=_frozen(priority),
         force=_frozen(force),
         options=_frozen({k: _frozen(v) for k, v in options.items()}),
+        priority_rules=rules,
         provenance=_frozen(provenance),
         source=source,
     )
@@ -259,6 +272,7 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
         priority=_frozen(priority),
         force=config.force,
         options=config.options,
+        priority_rules=config.priority_rules,
         provenance=_frozen(provenance),
         notes=tuple(notes),
         source=config.source,

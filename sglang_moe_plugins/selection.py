@@ -30,6 +30,7 @@ import torch
 from .contract import Support
 from .errors import InvalidArgumentError, MoEPluginsError, NoPluginAvailableError, OutputValidationError
 from .ops import get_op
+from .priority_rules import rule_priorities
 from .binding import CACHE_CAP, BoundOp, _Once
 from .registry import PluginRecord, Registry
 
@@ -188,7 +189,19 @@ class Selector:
         forced = self.registry.config.force.get(op)
         candidates: list[Candidate] = []
         chosen: PluginRecord | None = None
-        for record in self.registry.records(op):
+        records = self.registry.records(op)
+        # [[priority_rules]]: the first matching rule naming a plugin sets its priority for this key.
+        ruled = rule_priorities(self.registry.config.priority_rules, op, shape)
+        notes: dict[str, str] = {}
+        if ruled:
+            for record in records:
+                if record.name in ruled:
+                    prio, rule = ruled[record.name]
+                    notes[record.name] = (f"priority {prio} from {rule.label} ({rule.describe_bounds()}) "
+                                          f"instead of {record.priority}")
+            records = tuple(sorted(records, key=lambda r: (-ruled.get(r.name, (r.priority,))[0], r.name)))
+            records = tuple(dataclasses.replace(r, priority=ruled[r.name][0]) if r.name in ruled else r for r in records)
+        for record in records:
             if forced is not None and record.name != forced:
                 candidates.append(Candidate(record.name, record.priority, Verdict.NOT_FORCED, f"force.{op} = {forced!r}"))
                 continue
@@ -218,6 +231,9 @@ class Selector:
                 candidates.append(
                     Candidate(record.name, record.priority, Verdict.OUTRANKED, f"supported, but {chosen.name!r} (priority {chosen.priority}) comes first")
                 )
+        if notes:
+            candidates = [dataclasses.replace(c, reason=f"{c.reason}; {notes[c.name]}") if c.name in notes else c
+                          for c in candidates]
         return Selection(op, shape, config, chosen, tuple(candidates))
 
     def _log(self, selection: Selection) -> None:

@@ -16,7 +16,7 @@ from .._cli_util import UsageError, emit, positive_int, rows_arg, to_json
 from ..catalog import DEFAULT_ROWS, ModelSpec, get_model
 from ..hardware import platform_of
 from .provenance import run_info
-from .report import payload, plot, priority_toml, rank_plugins, results_table
+from .report import payload, plot, priority_toml, rank_plugins, results_table, shape_rules
 from .runner import bench_cases, measure
 from .timing import CudaGraphTimer, Timer
 
@@ -64,17 +64,21 @@ def run_bench(args: argparse.Namespace, timer: Timer, device: torch.device) -> i
     bandwidth, results = measure(registry, cases, timer, device, progress)
     info = run_info()
     ranking = rank_plugins(results, {r.name: r.priority for r in registry.records("silu_mul_quant")})
-    data = payload(cases, results, bandwidth, info, ranking)
+    rules = shape_rules(cases, results, ranking)
+    data = payload(cases, results, bandwidth, info, ranking, rules)
     text = results_table(cases, results, bandwidth)
     text = f"device: {info['device'] or platform} commit: {info['commit']}\n" + text
     text += "\n\npriorities this measurement supports:\n" + "\n".join(f"  {n} = {p}  ({w})" for n, p, w in ranking)
+    if rules:
+        text += ("\n\nper-shape rules this measurement supports (calls whose fastest plugin is not first above):\n"
+                 + "\n".join(f"  {c.shape.describe()}: {n} = {p}  ({w})" for c, n, p, w in rules))
     if args.plot:
         plot(cases, results, args.plot, f"silu_mul_quant on {info['device'] or platform}, EP{args.ep} TP{args.tp}")
         text += f"\n\nplot: {args.plot}"
     if args.write_config:
         header = {"device": info["device"] or str(platform), "commit": info["commit"], "calls": ", ".join(c.label for c in cases)}
-        pathlib.Path(args.write_config).write_text(priority_toml(ranking, header))
-        text += f"\nconfig: {args.write_config} (use it as SGLANG_MOE_PLUGINS_CONFIG, or copy its [priority] table into yours)"
+        pathlib.Path(args.write_config).write_text(priority_toml(ranking, header, rules))
+        text += f"\nconfig: {args.write_config} (use it as SGLANG_MOE_PLUGINS_CONFIG, or copy its [priority] table and [[priority_rules]] into yours)"
     if args.out:
         out = pathlib.Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -109,7 +113,7 @@ def add_bench_parser(sub: Any) -> None:
     p.add_argument("--rows", type=rows_arg, help=f"padded rows per expert N, comma separated (default {','.join(map(str, DEFAULT_ROWS))}: decode, prefill)")
     p.add_argument("--json", action="store_true", help="typed JSON on stdout")
     p.add_argument("--plot", metavar="FILE.png", help="fraction of the copy ceiling per call and plugin (needs matplotlib)")
-    p.add_argument("--write-config", metavar="FILE.toml", help="write the [priority] table this measurement supports")
+    p.add_argument("--write-config", metavar="FILE.toml", help="write the [priority] table this measurement supports, and a [[priority_rules]] entry per call whose fastest plugin is not first in it")
     p.add_argument("--out", metavar="DIR", help="also write bench.json and bench.md into DIR")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_bench)

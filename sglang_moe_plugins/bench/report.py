@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import fields
 from typing import Any
 
 from .._cli_util import table
 from .runner import BenchCase, Measurement, geomean
 
-__all__ = ["results_table", "payload", "rank_plugins", "priority_toml", "plot"]
+__all__ = ["results_table", "payload", "rank_plugins", "shape_rules", "priority_toml", "plot"]
 
 
 def _cell(m: Measurement) -> str:
@@ -64,19 +65,54 @@ def rank_plugins(results: list[Measurement], all_plugins: dict[str, int]) -> lis
     return out
 
 
-def priority_toml(ranking: list[tuple[str, int, str]], header: dict[str, Any]) -> str:
+def shape_rules(cases: list[BenchCase], results: list[Measurement],
+                ranking: list[tuple[str, int, str]]) -> list[tuple[BenchCase, str, int, str]]:
+    """``(case, fastest plugin, priority, why)`` for every call whose fastest plugin is not the one the
+    ranking puts first among the plugins that could run it: a rule for that call's exact shape (one per
+    shape) giving the fastest plugin a priority above the whole table."""
+    order = {name: priority for name, priority, _ in ranking}
+    top = max(order.values(), default=0) + 10
+    out, seen = [], set()
+    for case in cases:
+        timed = [m for m in results if m.case == case.label and m.us is not None]
+        if not timed or case.shape in seen:
+            continue
+        best = min(timed, key=lambda m: m.us)
+        first = max(timed, key=lambda m: (order.get(m.plugin, m.priority), m.plugin))
+        if best.plugin != first.plugin:
+            seen.add(case.shape)
+            why = (f"{case.label}: {best.plugin} {best.us:.2f} us, {first.plugin} (first in [priority]) {first.us:.2f} us")
+            out.append((case, best.plugin, top, why))
+    return out
+
+
+def _rule_toml(case: BenchCase, plugin: str, priority: int, why: str) -> list[str]:
+    bounds = ", ".join(f"{f.name}_min = {getattr(case.shape, f.name)}, {f.name}_max = {getattr(case.shape, f.name)}"
+                       for f in fields(case.shape))
+    return ["", f"# {why}", "[[priority_rules]]", 'op = "silu_mul_quant"', f"when = {{ {bounds} }}",
+            f"priority = {{ {plugin} = {priority} }}"]
+
+
+def priority_toml(ranking: list[tuple[str, int, str]], header: dict[str, Any],
+                  rules: list[tuple[BenchCase, str, int, str]] = ()) -> str:
     lines = ["# Written by `sglang-moe-plugins bench --write-config`: silu_mul_quant priorities measured on this machine.",
              f"# {header.get('device')} commit {header.get('commit')}; calls: {header.get('calls')}",
-             "# Use it as SGLANG_MOE_PLUGINS_CONFIG, or copy the [priority] table into your configuration file",
+             "# Use it as SGLANG_MOE_PLUGINS_CONFIG, or copy the [priority] table (and any [[priority_rules]]) into yours",
              "# (there is no include: a second [priority] table in one file is a TOML error).",
              "", "[priority]"]
     for name, priority, why in ranking:
         lines.append(f"{name} = {priority}  # {why}")
+    if rules:
+        lines += ["", "# Calls whose fastest plugin is not the first of [priority] above: one rule per measured shape",
+                  "# (bounds = that shape's fields; docs/configuration.md, 'Priority rules'). Widen the bounds to",
+                  "# cover the shapes between measured ones only where you measured them too."]
+    for case, plugin, priority, why in rules:
+        lines += _rule_toml(case, plugin, priority, why)
     return "\n".join(lines) + "\n"
 
 
 def payload(cases: list[BenchCase], results: list[Measurement], bandwidth: float, info: dict[str, Any],
-            ranking: list[tuple[str, int, str]]) -> dict[str, Any]:
+            ranking: list[tuple[str, int, str]], rules: list[tuple[BenchCase, str, int, str]] = ()) -> dict[str, Any]:
     return {
         "op": "silu_mul_quant",
         "run": info,
@@ -85,6 +121,7 @@ def payload(cases: list[BenchCase], results: list[Measurement], bandwidth: float
         "calls": [{"call": c.label, "model": c.model, "phase": c.phase, "shape": c.shape, "config": c.config} for c in cases],
         "results": results,
         "priorities": [{"plugin": n, "priority": p, "why": w} for n, p, w in ranking],
+        "priority_rules": [{"call": c.label, "shape": c.shape, "plugin": n, "priority": p, "why": w} for c, n, p, w in rules],
     }
 
 

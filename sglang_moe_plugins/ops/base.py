@@ -23,3 +23,5 @@ class OpSpec:
     #: Every rank runs the op's kernel together (a collective): a plugin that fails at run time is
     #: never replaced by another plugin on one rank only; the error is raised on that rank.
     collective: bool = False
+    #: The op's shape dataclass (its integer fields are what ``[[priority_rules]]`` bounds match on).
+    shape_type: type | None = None

@@ -339,4 +339,5 @@ def validate_outputs(outputs: MegaMoEOutputs, shape: MegaMoEShape, config: MegaM
         raise OutputValidationError(f"{who} returned y.stride()={tuple(y.stride())}, the host requires contiguous")
 
 
-SPEC = OpSpec(name=OP, allocate_outputs=allocate_outputs, validate_outputs=validate_outputs, collective=True)
+SPEC = OpSpec(name=OP, allocate_outputs=allocate_outputs, validate_outputs=validate_outputs, collective=True,
+              shape_type=MegaMoEShape)

@@ -327,4 +327,5 @@ def dequantize(outputs: SiluMulQuantOutputs, shape: SiluMulQuantShape, config: S
     return (grouped * scales.unsqueeze(-1)).reshape(e, n, d)
 
 
-SPEC = OpSpec(name=OP, allocate_outputs=allocate_outputs, validate_outputs=validate_outputs, output_allocator=output_allocator)
+SPEC = OpSpec(name=OP, allocate_outputs=allocate_outputs, validate_outputs=validate_outputs, output_allocator=output_allocator,
+              shape_type=SiluMulQuantShape)
