@@ -32,3 +32,11 @@ def installed_parameters(path: str) -> tuple[str, ...]:
     from sglang_moe_plugins.integrations.sglang_versions import version_case
 
     return next((t.parameters for t in version_case().targets if t.path == path), ())
+
+
+def require_mega_target() -> None:
+    """Skip the calling test on a release without ``run_mega_routed_experts`` (0.5.16-0.5.20)."""
+    import pytest
+
+    if MEGA_TARGET not in hooked_targets():
+        pytest.skip("this SGLang release has no run_mega_routed_experts (MegaMoE arrived in 0.5.21)")

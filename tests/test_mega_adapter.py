@@ -211,7 +211,9 @@ def test_sglangs_hooked_function_runs_the_op(variant: str) -> None:
     import sys
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-    from sglang_session import loaded_sglang
+    from sglang_session import loaded_sglang, require_mega_target
+
+    require_mega_target()
 
     loaded_sglang()
     from sglang.srt.layers.moe import mega_moe as host
