@@ -3,6 +3,10 @@
 File format (every table optional)::
 
     strict = false                       # re-raise plugin failures instead of falling back
+    on_config_error = "closed"           # "closed": an invalid config makes every hooked call raise it;
+                                         # "stock": the package is off and SGLang runs its own code
+    allow = ["my_kernels"]               # third-party plugins (entry-point names) that may load; unset: all
+    stock = ["mega_moe"]                 # ops left unhooked: SGLang's own function runs them
     debug = false                        # check every call's outputs, not only the first per shape key
     disable = ["jit_ep"]                 # never select these
     enable = ["my_experimental_kernel"]  # turn on plugins that are off by default / disabled by env
@@ -19,13 +23,20 @@ File format (every table optional)::
 
 Environment:
 
-- ``SGLANG_MOE_PLUGINS_DISABLE=a,b``: adds to ``disable``.
+- ``SGLANG_MOE_PLUGINS_DISABLE=a,b``: adds to ``disable``. Names not installed on this host are a warning
+  (one config may serve a mixed fleet); names in ``enable``, ``force``, ``priority`` and ``options`` must exist.
+- ``SGLANG_MOE_PLUGINS_ALLOW=a,b``: replaces ``allow`` (the third-party plugins that may load).
+- ``SGLANG_MOE_PLUGINS_STOCK=op,op``: adds to ``stock`` (ops left to SGLang's own function).
+- ``SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR=closed|stock``: sets ``on_config_error``.
 - ``SGLANG_MOE_PLUGINS_STRICT=1``: sets ``strict``.
 - ``SGLANG_MOE_PLUGINS_DEBUG=1``: sets ``debug``.
 - SGLang's older switches are translated (and reported by ``doctor``/``list``):
   ``SGLANG_OPT_USE_JIT_EP_ACTIVATION=0`` disables ``jit_ep``;
   ``SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_FP4_ACTS=1`` or ``SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_MXF4_KIND=1``
   prefers ``mega_w4a4`` (priority above ``mega_w4a8``). They are never forwarded to DeepGEMM.
+
+The file must be a regular file of at most :data:`MAX_CONFIG_BYTES` (a FIFO, device or socket is refused
+without being opened), UTF-8 (a BOM is accepted); ``~`` in the path is expanded.
 
 This module only parses and checks the form. Plugin names are checked against the registry when the
 configuration is applied (:meth:`UserConfig.check_names`), with errors that list the valid names.
@@ -34,11 +45,11 @@ configuration is applied (:meth:`UserConfig.check_names`), with errors that list
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Hashable, Iterable, Mapping
 
+from .config_file import CONFIG_ENV, MAX_CONFIG_BYTES, config_path as _config_path, parse_file as _parse_file
 from .errors import ConfigError
 from .priority_rules import PriorityRule, check_priority_rules, parse_priority_rules
 
@@ -47,6 +58,12 @@ __all__ = [
     "DISABLE_ENV",
     "STRICT_ENV",
     "DEBUG_ENV",
+    "ALLOW_ENV",
+    "STOCK_ENV",
+    "ON_CONFIG_ERROR_ENV",
+    "ON_CONFIG_ERROR_CHOICES",
+    "MAX_CONFIG_BYTES",
+    "config_error_policy",
     "LEGACY_ENV",
     "UserConfig",
     "load_config",
@@ -54,16 +71,23 @@ __all__ = [
     "strict_requested",
 ]
 
-CONFIG_ENV = "SGLANG_MOE_PLUGINS_CONFIG"
 DISABLE_ENV = "SGLANG_MOE_PLUGINS_DISABLE"
 STRICT_ENV = "SGLANG_MOE_PLUGINS_STRICT"
 DEBUG_ENV = "SGLANG_MOE_PLUGINS_DEBUG"
+ALLOW_ENV = "SGLANG_MOE_PLUGINS_ALLOW"
+STOCK_ENV = "SGLANG_MOE_PLUGINS_STOCK"
+ON_CONFIG_ERROR_ENV = "SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR"
+#: ``closed``: hooks installed, every hooked call raises the error; ``stock``: no hooks, SGLang's own code runs.
+ON_CONFIG_ERROR_CHOICES = ("closed", "stock")
+#: Priorities must fit a signed 64-bit integer.
+_INT64 = (-(1 << 63), (1 << 63) - 1)
 LEGACY_JIT_EP = "SGLANG_OPT_USE_JIT_EP_ACTIVATION"
 LEGACY_FP4_ACTS = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_FP4_ACTS"
 LEGACY_MXF4_KIND = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_MXF4_KIND"
 LEGACY_ENV = (LEGACY_JIT_EP, LEGACY_FP4_ACTS, LEGACY_MXF4_KIND)
 
-_TOP_KEYS = ("strict", "debug", "disable", "enable", "priority", "force", "options", "priority_rules")
+_TOP_KEYS = ("strict", "debug", "on_config_error", "allow", "stock", "disable", "enable", "priority", "force", "options",
+             "priority_rules")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 #: Priority given to mega_w4a4 when a legacy FP4-activation switch asks for it.
@@ -81,6 +105,12 @@ class UserConfig:
     strict: bool = False
     #: Check the outputs of every call against the op's layout, not only the first call of each shape key.
     debug: bool = False
+    #: What an invalid configuration does (:data:`ON_CONFIG_ERROR_CHOICES`); read by ``register()``.
+    on_config_error: str = "closed"
+    #: Third-party plugins (entry-point names) that may load; None: every installed one. Built-ins always may.
+    allow: frozenset[str] | None = None
+    #: Ops left unhooked: SGLang's own function runs them.
+    stock: frozenset[str] = frozenset()
     disable: frozenset[str] = frozenset()
     enable: frozenset[str] = frozenset()
     priority: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
@@ -97,12 +127,23 @@ class UserConfig:
         # By value, as equality is: the mappings (and option values such as lists) are frozen first.
         return hash(tuple(_hashable(getattr(self, f.name)) for f in fields(self)))
 
-    def check_names(self, plugins: Mapping[str, str], ops: Iterable[str]) -> None:
-        """Raise ConfigError for unknown plugin or op names. ``plugins`` maps name -> op; ``ops`` is the op
-        names, or a mapping of op name -> OpSpec (needed to check the shape fields of ``priority_rules``)."""
+    def check_names(self, plugins: Mapping[str, str], ops: Iterable[str], known: Iterable[str] = ()) -> tuple[str, ...]:
+        """Raise ConfigError for unknown plugin or op names; return warnings for names that need not exist.
+
+        ``plugins`` maps name -> op; ``ops`` is the op names, or a mapping of op name -> OpSpec (needed to
+        check the shape fields of ``priority_rules``). ``known``: entry-point names installed here but not
+        loaded (disabled, not allowed, or broken): valid in ``disable`` and ``allow``. Names in ``disable`` or
+        ``allow`` that are not installed here are warnings (one configuration may serve a mixed fleet).
+        """
         valid = ", ".join(sorted(plugins)) or "(none registered)"
         where = f" in {self.source}" if self.source else ""
-        for key, names in (("disable", self.disable), ("enable", self.enable), ("priority", self.priority), ("options", self.options)):
+        installed = set(plugins) | set(known)
+        warnings = []
+        for key, names in (("disable", self.disable), ("allow", self.allow or ())):
+            for name in sorted(set(names) - installed):
+                origin = self.provenance.get(f"{key}:{name}", f"{key}{where}")
+                warnings.append(f"{key} names plugin {name!r} ({origin}), which is not installed here; ignored")
+        for key, names in (("enable", self.enable), ("priority", self.priority), ("options", self.options)):
             for name in sorted(names):
                 if name not in plugins:
                     origin = self.provenance.get(f"{key}:{name}", f"{key}{where}")
@@ -111,6 +152,10 @@ class UserConfig:
         if both:
             raise ConfigError(f"plugin {both[0]!r} is both enabled and disabled{where}; remove it from one of the lists")
         op_names = sorted(ops)
+        for op in sorted(self.stock):
+            if op not in op_names:
+                origin = self.provenance.get(f"stock:{op}", f"stock{where}")
+                raise ConfigError(f"unknown op {op!r} ({origin}); valid ops: {', '.join(op_names)}")
         for op, name in sorted(self.force.items()):
             if op not in op_names:
                 raise ConfigError(f"unknown op {op!r} in force{where}; valid ops: {', '.join(op_names)}")
@@ -128,6 +173,7 @@ class UserConfig:
         if self.priority_rules:
             specs = ops if isinstance(ops, Mapping) else {name: None for name in op_names}
             check_priority_rules(self.priority_rules, plugins, specs, where)
+        return tuple(warnings)
 
 
 def _hashable(value: Any) -> Hashable:
@@ -144,10 +190,16 @@ def _hashable(value: Any) -> Hashable:
     return value
 
 
-def _string_list(value: Any, key: str, where: str) -> frozenset[str]:
+def _string_list(value: Any, key: str, where: str, what: str = "plugin names") -> frozenset[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{key}{where} must be a list of plugin names (strings), got {value!r}")
+        raise ConfigError(f"{key}{where} must be a list of {what} (strings), got {value!r}")
     return frozenset(value)
+
+
+def _policy(value: Any, origin: str) -> str:
+    if value not in ON_CONFIG_ERROR_CHOICES:
+        raise ConfigError(f"{origin} must be one of {', '.join(map(repr, ON_CONFIG_ERROR_CHOICES))}, got {value!r}")
+    return str(value)
 
 
 def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConfig:
@@ -162,6 +214,9 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConf
     debug = data.get("debug", False)
     if not isinstance(debug, bool):
         raise ConfigError(f"debug{where} must be true or false, got {debug!r}")
+    on_config_error = _policy(data.get("on_config_error", "closed"), f"on_config_error{where}")
+    allow = _string_list(data["allow"], "allow", where) if "allow" in data else None
+    stock = _string_list(data.get("stock", []), "stock", where, "op names")
     disable = _string_list(data.get("disable", []), "disable", where)
     enable = _string_list(data.get("enable", []), "enable", where)
     priority = data.get("priority", {})
@@ -170,6 +225,9 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConf
     for name, value in priority.items():
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"priority.{name}{where} must be an integer, got {value!r}")
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise ConfigError(f"priority.{name}{where} = {value} does not fit a 64-bit integer "
+                              f"({_INT64[0]} to {_INT64[1]})")
     force = data.get("force", {})
     if not isinstance(force, dict) or not all(isinstance(v, str) for v in force.values()):
         raise ConfigError(f"[force]{where} must be a table of op = \"plugin name\", got {force!r}")
@@ -180,9 +238,14 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConf
     provenance = {f"disable:{name}": f"disabled by 'disable'{where}" for name in disable}
     provenance.update({f"enable:{name}": f"enabled by 'enable'{where}" for name in enable})
     provenance.update({f"priority:{name}": f"set by [priority]{where}" for name in priority})
+    provenance.update({f"allow:{name}": f"allowed by 'allow'{where}" for name in allow or ()})
+    provenance.update({f"stock:{op}": f"left to SGLang by 'stock'{where}" for op in stock})
     return UserConfig(
         strict=strict,
         debug=debug,
+        on_config_error=on_config_error,
+        allow=allow,
+        stock=stock,
         disable=disable,
         enable=enable,
         priority=_frozen(priority),
@@ -206,28 +269,17 @@ def _env_flag(env: Mapping[str, str], name: str) -> bool | None:
     raise ConfigError(f"{name}={raw!r} is not a boolean; use one of 1/0, true/false, yes/no, on/off")
 
 
+def _names(raw: str) -> list[str]:
+    return [n.strip() for n in raw.split(",") if n.strip()]
+
+
 def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
     """Read the file named by ``SGLANG_MOE_PLUGINS_CONFIG`` (if set) and apply the environment."""
     env = os.environ if env is None else env
-    path = env.get(CONFIG_ENV, "").strip()
+    path = _config_path(env)
     if path:
-        try:
-            with open(path, "rb") as handle:
-                data = tomllib.load(handle)
-        except FileNotFoundError:
-            raise ConfigError(f"{CONFIG_ENV}={path!r}: file not found") from None
-        except IsADirectoryError:
-            raise ConfigError(f"{CONFIG_ENV}={path!r} is a directory; it must name a TOML file") from None
-        except OSError as exc:
-            raise ConfigError(f"{CONFIG_ENV}={path!r}: cannot read the file: {exc.strerror or exc}") from None
-        except UnicodeDecodeError as exc:
-            raise ConfigError(
-                f"{CONFIG_ENV}={path!r}: not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at offset "
-                f"{exc.start}); TOML files are UTF-8"
-            ) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{CONFIG_ENV}={path!r}: TOML syntax error: {exc}") from None
-        config = parse_config(data, source=path)
+        raw = env.get(CONFIG_ENV, "").strip()
+        config = parse_config(_parse_file(path, f"{CONFIG_ENV}={raw!r}"), source=path)
     else:
         config = UserConfig()
     disable = set(config.disable)
@@ -238,11 +290,21 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
     strict = config.strict
     debug = config.debug
 
-    raw_disable = env.get(DISABLE_ENV, "")
-    for name in (n.strip() for n in raw_disable.split(",")):
-        if name:
-            disable.add(name)
-            provenance[f"disable:{name}"] = f"disabled by {DISABLE_ENV}"
+    for name in _names(env.get(DISABLE_ENV, "")):
+        disable.add(name)
+        provenance[f"disable:{name}"] = f"disabled by {DISABLE_ENV}"
+    allow = config.allow
+    if ALLOW_ENV in env:
+        allow = frozenset(_names(env[ALLOW_ENV]))
+        provenance.update({f"allow:{name}": f"allowed by {ALLOW_ENV}" for name in allow})
+        notes.append(f"{ALLOW_ENV}={env[ALLOW_ENV]!r}: third-party plugins allowed: {', '.join(sorted(allow)) or 'none'}")
+    stock = set(config.stock)
+    for op in _names(env.get(STOCK_ENV, "")):
+        stock.add(op)
+        provenance[f"stock:{op}"] = f"left to SGLang by {STOCK_ENV}"
+    on_config_error = config.on_config_error
+    if env.get(ON_CONFIG_ERROR_ENV, "").strip():
+        on_config_error = _policy(env[ON_CONFIG_ERROR_ENV].strip().lower(), ON_CONFIG_ERROR_ENV)
     if _env_flag(env, STRICT_ENV):
         strict = True
         notes.append(f"{STRICT_ENV}=1 -> strict = true")
@@ -267,6 +329,9 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
     return UserConfig(
         strict=strict,
         debug=debug,
+        on_config_error=on_config_error,
+        allow=allow,
+        stock=frozenset(stock),
         disable=frozenset(disable),
         enable=frozenset(enable),
         priority=_frozen(priority),
@@ -293,3 +358,23 @@ def strict_requested(env: Mapping[str, str] | None = None) -> bool:
         return load_config(env).strict
     except ConfigError:
         return False
+
+
+def config_error_policy(env: Mapping[str, str] | None = None) -> str:
+    """What an invalid configuration does: ``"closed"`` (the default) or ``"stock"``.
+
+    ``SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR``, else the file's ``on_config_error`` where the file can be read
+    and that key is valid; anything unreadable or invalid means ``"closed"``: a mistake fails closed.
+    """
+    env = os.environ if env is None else env
+    raw = env.get(ON_CONFIG_ERROR_ENV, "").strip().lower()
+    if raw:
+        return raw if raw in ON_CONFIG_ERROR_CHOICES else "closed"
+    path = _config_path(env)
+    if not path:
+        return "closed"
+    try:
+        value = _parse_file(path, CONFIG_ENV).get("on_config_error", "closed")
+    except ConfigError:
+        return "closed"
+    return value if value in ON_CONFIG_ERROR_CHOICES else "closed"

@@ -167,7 +167,8 @@ class Registry:
                 problems.append(LoadProblem(str(name), ep or type(plugin).__name__, dist, str(exc)))
                 continue
             accepted[plugin.name] = (plugin, dist, ep)
-        config.check_names({name: p.op for name, (p, _, _) in accepted.items()}, OPS)
+        for warning in config.check_names({name: p.op for name, (p, _, _) in accepted.items()}, OPS):
+            logger.warning("sglang-moe-plugins: %s", warning)
         records = []
         for name, (plugin, dist, ep) in accepted.items():
             default_priority = int(plugin.priority)

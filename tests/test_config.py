@@ -53,7 +53,8 @@ def test_env_disable_and_strict():
 @pytest.mark.parametrize(
     "env, needle",
     [
-        ({"SGLANG_MOE_PLUGINS_DISABLE": "jit_epp"}, "unknown plugin 'jit_epp' (disabled by SGLANG_MOE_PLUGINS_DISABLE); valid plugins: fp8_fallback, jit_ep, reference"),
+        # A name in DISABLE that is not installed here is a warning (tests/test_config_fail_closed.py).
+        ({"SGLANG_MOE_PLUGINS_STOCK": "megamoe"}, "unknown op 'megamoe' (left to SGLang by SGLANG_MOE_PLUGINS_STOCK); valid ops: mega_moe, silu_mul_quant"),
         ({"SGLANG_MOE_PLUGINS_STRICT": "maybe"}, "SGLANG_MOE_PLUGINS_STRICT='maybe' is not a boolean"),
         ({"SGLANG_MOE_PLUGINS_CONFIG": "/nonexistent/moe.toml"}, "file not found"),
         ({"SGLANG_OPT_USE_JIT_EP_ACTIVATION": "perhaps"}, "SGLANG_OPT_USE_JIT_EP_ACTIVATION='perhaps' is not a boolean"),
@@ -69,10 +70,10 @@ def test_env_errors(env, needle):
     "text, needle",
     [
         ("stict = true", "unknown key 'stict'"),
-        ("stict = true", "valid keys: strict, debug, disable, enable, priority, force, options"),
+        ("stict = true", "valid keys: strict, debug, on_config_error, allow, stock, disable, enable, priority, force, options"),
         ("strict = 1", "strict in"),
         ('disable = "jit_ep"', "disable in"),
-        ('disable = ["nope"]', "unknown plugin 'nope' (disabled by 'disable' in"),
+        ('stock = ["megamoe"]', "unknown op 'megamoe' (left to SGLang by 'stock' in"),
         ('enable = ["nope"]', "unknown plugin 'nope' (enabled by 'enable' in"),
         ('disable = ["jit_ep"]\nenable = ["jit_ep"]', "'jit_ep' is both enabled and disabled"),
         ("[priority]\njit_ep = 'high'", "priority.jit_ep in"),
@@ -93,7 +94,7 @@ def test_file_errors_name_the_entry(tmp_path, text, needle):
 
 def test_unknown_plugin_error_lists_valid_names(tmp_path):
     with pytest.raises(ConfigError, match="valid plugins: fp8_fallback, jit_ep, reference"):
-        _registry(load_config(_write(tmp_path, 'disable = ["x"]')))
+        _registry(load_config(_write(tmp_path, 'enable = ["x"]')))
 
 
 def test_force_of_wrong_op_names_the_op(tmp_path):

@@ -5,17 +5,12 @@ function (docs/reliability.md, "Failure policy").
 - invalid arguments: InvalidArgumentError from the hook;
 - calls the op does not model by design: SGLang's original function, logged once per kind;
 - a collective op (mega_moe): a plugin that raises, raises on that rank; no per-rank fallback;
-- an invalid configuration under strict: hooks installed, every hooked call raises the ConfigError.
+- an invalid configuration (strict or not): hooks installed, every hooked call raises the ConfigError.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import subprocess
-import sys
-import textwrap
 from importlib.metadata import EntryPoint
 
 import pytest
@@ -23,6 +18,7 @@ import torch
 
 pytest.importorskip("sglang")
 
+from sglang_probe import run_probe  # noqa: E402
 from sglang_session import MEGA_TARGET, SMQ_TARGET, hooked_targets, loaded_sglang, require_mega_target  # noqa: E402
 
 from sglang_moe_plugins import InvalidArgumentError, NoPluginAvailableError, UserConfig, Verdict, api  # noqa: E402
@@ -224,48 +220,19 @@ def test_non_collective_op_still_falls_back(runner, caplog):
     assert out.shape == (4, 8, 256)
 
 
-# -- configuration errors: strict fails closed ---------------------------------------------------------
-PROBE = """
-    import json, logging, sys, torch
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    from sglang.srt.plugins import load_plugins
-    from sglang.srt.plugins.hook_registry import HookRegistry
-    import sglang.srt.layers.moe.moe_runner.deep_gemm as runner
-    load_plugins()
-    result = {"patched": sorted(t for t in HookRegistry._patched if "moe" in t), "calls": []}
-    gateup = torch.randn(2, 4, 512).to(torch.bfloat16)
-    masked = torch.tensor([4, 1], dtype=torch.int32)
-    for _ in range(2):
-        try:
-            runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
-            result["calls"].append("ok")
-        except Exception as exc:
-            result["calls"].append(f"{type(exc).__name__}: {exc}")
-    print("RESULT " + json.dumps(result))
-"""
-
-
-def run_probe(**env: str) -> tuple[dict, str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
-    full.update(env)
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(PROBE)], capture_output=True, text=True, env=full, timeout=300)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-    assert proc.returncode == 0 and line, proc.stderr[-3000:]
-    return json.loads(line[len("RESULT "):]), proc.stderr
-
-
+# -- configuration errors fail closed (strict or not); tests/test_config_fail_closed.py has the rest ------
 @pytest.mark.parametrize("strict_from", ["env", "file"])
 def test_strict_config_error_installs_hooks_that_raise_it(tmp_path, strict_from):
     bad = tmp_path / "moe.toml"
-    bad.write_text(('strict = true\n' if strict_from == "file" else "") + 'disable = ["jit_epp"]\n')
+    bad.write_text(('strict = true\n' if strict_from == "file" else "") + 'enable = ["jit_epp"]\n')
     env = {"SGLANG_MOE_PLUGINS_CONFIG": str(bad)}
     if strict_from == "env":
         env["SGLANG_MOE_PLUGINS_STRICT"] = "1"
     result, stderr = run_probe(**env)
     assert result["patched"] == sorted(t for t in (SMQ_TARGET, MEGA_TARGET) if t in hooked_targets())
-    want = "ConfigError: unknown plugin 'jit_epp' (disabled by 'disable' in"
+    want = "ConfigError: unknown plugin 'jit_epp' (enabled by 'enable' in"
     assert len(result["calls"]) == 2 and all(c.startswith(want) for c in result["calls"]), result["calls"]
-    assert "strict mode: the hooks are installed and every hooked call raises this ConfigError" in stderr
+    assert "failing closed: the hooks are installed and every hooked call raises this ConfigError" in stderr
 
 
 def test_strict_env_with_a_toml_syntax_error_fails_closed(tmp_path):
@@ -283,10 +250,14 @@ def test_unreadable_config_path_is_a_config_error_at_load_plugins(tmp_path, kind
         path = tmp_path / "moe.toml"
         path.write_bytes(b'disable = ["jit_ep"]\n# caf\xe9\n')
         text = "not UTF-8 text"
-    result, stderr = run_probe(SGLANG_MOE_PLUGINS_CONFIG=str(path))
-    assert result["patched"] == []  # without strict: the package stays off, SGLang runs unhooked
-    assert "sglang-moe-plugins is NOT active: invalid configuration: SGLANG_MOE_PLUGINS_CONFIG=" in stderr and text in stderr
+    result, stderr = run_probe(SGLANG_MOE_PLUGINS_CONFIG=str(path), SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR="stock")
+    assert result["patched"] == []  # on_config_error = stock: the package stays off, SGLang runs unhooked
+    assert ("sglang-moe-plugins is NOT active (on_config_error = stock): invalid configuration: "
+            "SGLANG_MOE_PLUGINS_CONFIG=") in stderr and text in stderr
     assert "IsADirectoryError" not in stderr and "UnicodeDecodeError" not in stderr  # no raw traceback
+    assert "Traceback" not in stderr and "Failed to execute general plugin" not in stderr  # not re-raised
+    closed, _ = run_probe(SGLANG_MOE_PLUGINS_CONFIG=str(path))  # the default fails closed
+    assert closed["patched"] and all(c.startswith("ConfigError") and text in c for c in closed["calls"])
     strict, _ = run_probe(SGLANG_MOE_PLUGINS_CONFIG=str(path), SGLANG_MOE_PLUGINS_STRICT="1")
     assert strict["patched"] and all(c.startswith("ConfigError") and text in c for c in strict["calls"])
 

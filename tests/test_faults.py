@@ -316,4 +316,4 @@ def test_sglang_with_the_fault_distribution_under_strict(fault_site):
     for error in result["errors"]:
         assert error.startswith("PluginValidationError: strict = true and 2 plugin(s) could not be registered")
         assert "fault_missing_dep" in error and "fault_missing_module" in error
-    assert "strict mode: the hooks are installed and every hooked call raises this PluginValidationError" in result["stderr"]
+    assert "failing closed: the hooks are installed and every hooked call raises this PluginValidationError" in result["stderr"]

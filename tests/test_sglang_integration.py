@@ -301,10 +301,11 @@ def test_signature_change_is_detected():
 
 
 def test_invalid_config_is_reported_and_sglang_keeps_running(tmp_path):
+    """With on_config_error = stock (the default fails closed: tests/test_config_fail_closed.py)."""
     bad = tmp_path / "bad.toml"
-    bad.write_text('disable = ["jit_epp"]\n')
+    bad.write_text('on_config_error = "stock"\nenable = ["jit_epp"]\n')
     result = _run_python(HOOKED_PROBE.format(pre=""), SGLANG_MOE_PLUGINS_CONFIG=str(bad))
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout + result.stderr
-    assert "sglang-moe-plugins is NOT active: invalid configuration: unknown plugin 'jit_epp'" in out
+    assert "sglang-moe-plugins is NOT active (on_config_error = stock): invalid configuration: unknown plugin 'jit_epp'" in out
     assert "PATCHED []" in result.stdout

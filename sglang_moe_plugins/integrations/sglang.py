@@ -15,7 +15,8 @@ Failure policy (docs/reliability.md): invalid arguments raise InvalidArgumentErr
 can run (a forced plugin that cannot run it included) raises NoPluginAvailableError; only the calls
 the ops do not model by design go to SGLang's original function, logged once per kind
 (``gemm1_alpha`` / ``gemm1_clamp_limit``, ``masked_m=None``, MegaMoE calls the adapter leaves to SGLang).
-An invalid configuration under strict mode installs hooks that raise the configuration error.
+An invalid configuration installs hooks that raise the configuration error (``on_config_error = "closed"``,
+the default), or no hooks at all (``"stock"``); ops named in ``stock`` are never hooked.
 
 The ``silu_mul_quant`` hook binds once per shape key: a call whose raw arguments (tensor shapes, dtypes,
 devices, contiguity, flags and their types, the host's UE8M0 mode) were seen before goes straight to
@@ -28,11 +29,12 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import os
 import threading
 from typing import Any, Callable
 
 from .. import api
-from ..config import strict_requested
+from ..config import ON_CONFIG_ERROR_ENV, STOCK_ENV, config_error_policy
 from ..errors import ConfigError, MoEPluginsError
 from ..ops import silu_mul_quant as smq
 from .sglang_versions import (
@@ -83,6 +85,8 @@ class _CallCounter:
 _state_lock = threading.Lock()
 _last_checks: tuple[TargetCheck, ...] = ()
 _registered = False
+#: Ops left unhooked by ``stock`` (or, with ``on_config_error = stock`` and an invalid config, every op).
+_stock: frozenset[str] = frozenset()
 _calls: dict[str, _CallCounter] = {"silu_mul_quant": _CallCounter(), "mega_moe": _CallCounter()}
 #: Kinds of unmodelled calls already logged (a fixed, small set: never argument values).
 _delegations_logged: set[str] = set()
@@ -92,34 +96,51 @@ _HOOKS: dict[str, Callable[..., Any]] = {}
 
 
 def register() -> None:
-    """Entry point ``sglang.srt.plugins: moe_plugins``, run by SGLang's ``load_plugins()``.
+    """Entry point ``sglang.srt.plugins: moe_plugins``, run by SGLang's ``load_plugins()``. Never raises
+    into SGLang's loader.
 
-    An invalid configuration (or, under strict, a plugin that cannot be registered) turns the package
-    off with one ERROR line and is re-raised (SGLang logs it and runs its own code). Under strict
-    (``SGLANG_MOE_PLUGINS_STRICT=1`` or ``strict = true``) it fails closed instead: the hooks are
-    installed anyway and every hooked call raises that error, so a server's warm-up fails at once.
+    A configuration that cannot be applied (an invalid file, key or value; under strict, a plugin that
+    cannot be registered; any other error while the plugins are loaded) **fails closed** by default:
+    the hooks are installed and every hooked call raises that error, so a server's warm-up stops at once
+    with the cause. ``on_config_error = "stock"`` (or ``SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR=stock``)
+    turns the package off instead: one ERROR line, no hooks, SGLang runs its own code. Ops named in
+    ``stock`` (``SGLANG_MOE_PLUGINS_STOCK``) are not hooked at all (with an invalid configuration, the
+    environment variable still counts).
     """
-    global _last_checks, _registered
+    global _last_checks, _registered, _stock
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    failing = None
     try:
         selector = api.get_selector()  # validates the user config now, not on the first MoE call
-    except MoEPluginsError as exc:  # ConfigError, or a strict registry that cannot register a plugin
-        if not strict_requested():
-            logger.error("sglang-moe-plugins is NOT active: %s%s", "invalid configuration: " if _is_config_error(exc) else "", exc)
-            raise
+    except (KeyboardInterrupt, GeneratorExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - ConfigError, a strict registry, or anything else start-up raised
+        what = "invalid configuration: " if isinstance(exc, ConfigError) else (
+            "" if isinstance(exc, MoEPluginsError) else f"start-up failed with {type(exc).__name__}: ")
+        if config_error_policy() == "stock":
+            logger.error("sglang-moe-plugins is NOT active (on_config_error = stock): %s%s; SGLang runs its own code",
+                         what, exc)
+            with _state_lock:
+                _registered = True
+                _stock = frozenset(_HOOKS)
+            return
         logger.error(
-            "sglang-moe-plugins: %s%s; strict mode: the hooks are installed and every hooked call raises this %s",
-            "invalid configuration: " if _is_config_error(exc) else "", exc, type(exc).__name__,
+            "sglang-moe-plugins: %s%s; failing closed: the hooks are installed and every hooked call raises this %s "
+            "(fix the configuration, or set %s=stock to let SGLang run its own code)",
+            what, exc, type(exc).__name__, ON_CONFIG_ERROR_ENV,
         )
         failing = {op: _failing_hook(op, exc) for op in _HOOKS}
+        stock = frozenset(n.strip() for n in os.environ.get(STOCK_ENV, "").split(",") if n.strip())
     else:
-        failing = None
-        for note in selector.registry.config.notes:
+        config = selector.registry.config
+        stock = config.stock
+        for note in config.notes:
             logger.log(logging.WARNING if note.startswith("legacy") else logging.INFO, "sglang-moe-plugins: %s", note)
     case = version_case()
     with _state_lock:
         _last_checks = case.checks
+        _stock = frozenset(stock)
     if case.case != "known":  # one warning for the release as a whole (newer, refused, mismatch, unsupported)
         logger.warning("sglang-moe-plugins: %s", case.message)
     hooked = []
@@ -127,6 +148,10 @@ def register() -> None:
         if not check.ok or target is None or not case.hooks:
             if case.case == "known":
                 logger.warning("sglang-moe-plugins: not hooking %s: %s", check.path, check.reason)
+            continue
+        if check.op in stock:
+            logger.warning("sglang-moe-plugins: not hooking %s: op %s is stock (SGLang's own function runs it)",
+                           check.path, check.op)
             continue
         hook = target.hook_function() if failing is None else failing[check.op]
         HookRegistry.register(check.path, hook, HookType.AROUND)
@@ -136,11 +161,7 @@ def register() -> None:
     _registered = True
 
 
-def _is_config_error(exc: BaseException) -> bool:
-    return isinstance(exc, ConfigError)
-
-
-def _failing_hook(op: str, error: MoEPluginsError) -> Callable[..., Any]:
+def _failing_hook(op: str, error: BaseException) -> Callable[..., Any]:
     def failing(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         _count(op)
         raise error.with_traceback(None)
@@ -156,6 +177,7 @@ def hook_status() -> dict[str, Any]:
             "registered": _registered,
             "targets": [c.__dict__ for c in _last_checks],
             "calls": {op: counter.value for op, counter in _calls.items() if counter.value},
+            "stock": sorted(_stock),
         }
 
 
