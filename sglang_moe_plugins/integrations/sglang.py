@@ -26,16 +26,17 @@ decided by those arguments.
 
 from __future__ import annotations
 
-import functools
-import itertools
 import logging
 import os
 import threading
 from typing import Any, Callable
 
+from ..log import get_logger
 from .. import api
 from ..config import ON_CONFIG_ERROR_ENV, STOCK_ENV, config_error_policy
 from ..errors import ConfigError, MoEPluginsError
+from ..metrics import start_metrics_export
+from ..stats import EventCounter, counter
 from ..ops import silu_mul_quant as smq
 from .sglang_versions import (
     KNOWN_TARGETS,
@@ -64,22 +65,7 @@ __all__ = [
     "refresh_host_state",
 ]
 
-logger = logging.getLogger(__name__)
-
-
-class _CallCounter:
-    """Calls of one hook: ``next()`` on an ``itertools.count`` is atomic (one C call under the GIL), so
-    counting takes no lock on the hot path."""
-
-    __slots__ = ("_count", "hit")
-
-    def __init__(self) -> None:
-        self._count = itertools.count()
-        self.hit = functools.partial(next, self._count)
-
-    @property
-    def value(self) -> int:
-        return int(repr(self._count)[len("count("):-1])  # the next value: how many hits so far
+logger = get_logger(__name__)
 
 
 _state_lock = threading.Lock()
@@ -87,7 +73,7 @@ _last_checks: tuple[TargetCheck, ...] = ()
 _registered = False
 #: Ops left unhooked by ``stock`` (or, with ``on_config_error = stock`` and an invalid config, every op).
 _stock: frozenset[str] = frozenset()
-_calls: dict[str, _CallCounter] = {"silu_mul_quant": _CallCounter(), "mega_moe": _CallCounter()}
+_calls: dict[str, EventCounter] = {"silu_mul_quant": EventCounter(), "mega_moe": EventCounter()}
 #: Kinds of unmodelled calls already logged (a fixed, small set: never argument values).
 _delegations_logged: set[str] = set()
 
@@ -159,6 +145,8 @@ def register() -> None:
         logger.info("sglang-moe-plugins: hooked %s (op %s)", check.path, check.op)
     set_active_targets(tuple(hooked))
     _registered = True
+    if hooked:
+        start_metrics_export()  # only when SGLang runs with --enable-metrics (PROMETHEUS_MULTIPROC_DIR)
 
 
 def _failing_hook(op: str, error: BaseException) -> Callable[..., Any]:
@@ -186,7 +174,8 @@ def _count(op: str) -> None:
 
 
 def _delegate(op: str, kind: str, detail: str, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    """Hand an unmodelled call to SGLang's original function; logged once per ``kind``."""
+    """Hand an unmodelled call to SGLang's original function; counted, and logged once per ``kind``."""
+    counter("delegations", op, kind).hit()
     if kind not in _delegations_logged:
         with _state_lock:
             first = kind not in _delegations_logged

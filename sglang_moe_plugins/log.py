@@ -1,0 +1,47 @@
+"""The package's loggers: every line names the rank once torch.distributed is initialised.
+
+Each module takes its logger from :func:`get_logger`, which adds :data:`RANK_FILTER` to it. The filter
+runs only for records that logger emits (never on a call's hot path: the package logs once per shape
+key or event) and rewrites the ``sglang-moe-plugins:`` prefix to ``sglang-moe-plugins [rank R/W]:``
+(or prepends ``[rank R/W]``), so that with TP/EP every rank's line says whose it is.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .stats import process_rank
+
+__all__ = ["PREFIX", "RANK_FILTER", "get_logger", "rank_label"]
+
+PREFIX = "sglang-moe-plugins"
+
+
+def rank_label() -> str:
+    """``"[rank R/W]"`` when torch.distributed is initialised, else ``""``."""
+    rank, world = process_rank()
+    return "" if rank is None else f"[rank {rank}/{world}]"
+
+
+class _RankFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        label = rank_label()
+        if label and not getattr(record, "_moe_rank", False):
+            msg = record.msg
+            if isinstance(msg, str) and msg.startswith(PREFIX):
+                record.msg = f"{PREFIX} {label}{msg[len(PREFIX):]}"
+            else:
+                record.msg = f"{label} {msg}"
+            record._moe_rank = True  # a record passes each logger's filter once
+        return True
+
+
+RANK_FILTER = _RankFilter()
+
+
+def get_logger(name: str) -> logging.Logger:
+    """``logging.getLogger(name)`` with :data:`RANK_FILTER` (added once)."""
+    logger = logging.getLogger(name)
+    if RANK_FILTER not in logger.filters:
+        logger.addFilter(RANK_FILTER)
+    return logger

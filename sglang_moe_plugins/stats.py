@@ -1,0 +1,137 @@
+"""Per-process counters of what the hooks did: calls per (op, plugin), fallbacks, calls handed to SGLang.
+
+Counting is one C call per event (``next()`` on an ``itertools.count``, atomic under the GIL), so it
+takes no lock on the hot path; :func:`stats` reads every counter into a frozen, JSON-ready
+:class:`Stats` labelled with this process's rank. :mod:`.metrics` exports the same counters through
+SGLang's Prometheus endpoint when SGLang runs with ``--enable-metrics``.
+
+What each counter means:
+
+- ``calls``: calls a plugin was launched for (a call that fails and falls back counts for both plugins);
+- ``fallbacks``: calls on which the plugin failed and the next plugin ran the call instead;
+- ``delegations``: hooked calls handed to SGLang's original function (the documented unmodelled
+  calls), per op and kind (``gemm1_alpha``, ``masked_m=None``, ``mega unmodelled``, ...).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import threading
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+__all__ = ["EventCounter", "PluginStats", "Stats", "counter", "stats", "process_rank", "reset_stats"]
+
+#: The kinds of counters (the middle element of a counter key).
+KINDS = ("calls", "fallbacks", "delegations")
+
+
+class EventCounter:
+    """A lock-free event counter: ``hit()`` is ``next()`` on an ``itertools.count``."""
+
+    __slots__ = ("_count", "hit")
+
+    def __init__(self) -> None:
+        self._count = itertools.count()
+        self.hit: Callable[[], int] = functools.partial(next, self._count)
+
+    @property
+    def value(self) -> int:
+        """How many hits so far (the count's next value, read from its repr: no hit is consumed)."""
+        return int(repr(self._count)[len("count("):-1])
+
+
+_lock = threading.Lock()
+#: ``(kind, op, name) -> counter``; ``name`` is a plugin, or for delegations the kind of call.
+_counters: dict[tuple[str, str, str], EventCounter] = {}
+
+
+def counter(kind: str, op: str, name: str) -> EventCounter:
+    """The counter of ``kind`` (one of :data:`KINDS`) for ``op`` and ``name``, created once."""
+    key = (kind, op, name)
+    found = _counters.get(key)
+    if found is None:
+        with _lock:
+            found = _counters.setdefault(key, EventCounter())
+    return found
+
+
+def reset_stats() -> None:
+    """Forget every counter (tests). Counters already bound keep counting into the forgotten ones."""
+    with _lock:
+        _counters.clear()
+
+
+def process_rank() -> tuple[int | None, int | None]:
+    """``(rank, world_size)`` of torch.distributed's default group, or ``(None, None)`` when it is not
+    initialised (or torch is not imported yet: nothing is imported for this)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    except Exception:  # noqa: BLE001 - a half-initialised group: no label rather than an error in a log call
+        pass
+    return None, None
+
+
+@dataclass(frozen=True)
+class PluginStats:
+    """The counters of one plugin on one op."""
+
+    op: str
+    plugin: str
+    calls: int
+    fallbacks: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "plugin": self.plugin, "calls": self.calls, "fallbacks": self.fallbacks}
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What this process did, as counted so far. ``share`` gives each plugin's share of an op's calls."""
+
+    rank: int | None
+    world_size: int | None
+    plugins: tuple[PluginStats, ...]
+    #: ``{op: {kind of call: count}}``: hooked calls handed to SGLang's own function.
+    delegations: Mapping[str, Mapping[str, int]]
+
+    def share(self, op: str) -> dict[str, float]:
+        """``{plugin: fraction of op's plugin calls}`` (empty when the op ran no call)."""
+        rows = [p for p in self.plugins if p.op == op]
+        total = sum(p.calls for p in rows)
+        return {p.plugin: p.calls / total for p in rows} if total else {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: plain dicts, lists, ints and floats."""
+        ops = sorted({p.op for p in self.plugins} | set(self.delegations))
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "plugins": [p.to_dict() for p in self.plugins],
+            "delegations": {op: dict(kinds) for op, kinds in self.delegations.items()},
+            "share": {op: self.share(op) for op in ops if self.share(op)},
+        }
+
+
+def stats() -> Stats:
+    """The counters of this process (calls, fallbacks and delegations), labelled with its rank."""
+    with _lock:
+        items = [(key, c.value) for key, c in _counters.items()]
+    per_plugin: dict[tuple[str, str], dict[str, int]] = {}
+    delegations: dict[str, dict[str, int]] = {}
+    for (kind, op, name), value in items:
+        if kind == "delegations":
+            delegations.setdefault(op, {})[name] = value
+        else:
+            per_plugin.setdefault((op, name), {"calls": 0, "fallbacks": 0})[kind] = value
+    plugins = tuple(PluginStats(op, name, v["calls"], v["fallbacks"]) for (op, name), v in sorted(per_plugin.items()))
+    rank, world = process_rank()
+    frozen = MappingProxyType({op: MappingProxyType(dict(sorted(k.items()))) for op, k in sorted(delegations.items())})
+    return Stats(rank, world, plugins, frozen)
