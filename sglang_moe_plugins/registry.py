@@ -130,8 +130,7 @@ def _merge_options(record_name: str, defaults: Mapping[str, Any], user: Mapping[
             f"option {exc.option}={exc.value!r} for plugin {record_name!r}{origin} is not accepted; allowed: {exc.allowed}"
         ) from None
     except ValueError as exc:
-        given = ", ".join(f"{k}={v!r}" for k, v in user.items()) or "the defaults"
-        raise ConfigError(f"options of plugin {record_name!r}{where} ({given}) are not accepted: {exc}") from None
+        raise ConfigError(f"invalid option value for plugin {record_name!r}{where}: {exc}") from None
     return merged_view
 
 

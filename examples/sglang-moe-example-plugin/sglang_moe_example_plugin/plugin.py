@@ -74,7 +74,7 @@ class ExampleTorchPlugin(Plugin):
         as a field; plain ValueError keeps the example importable with sglang-moe-plugins 0.3.0.)"""
         chunk = options["chunk_experts"]
         if chunk < 0:
-            raise ValueError(f"chunk_experts={chunk!r}: allowed: 0 (all experts at once) or an int >= 1 (experts per chunk)")
+            raise ValueError(f"chunk_experts={chunk!r}; allowed: 0 (all experts at once) or an int >= 1 (experts per chunk)")
 
     def available(self, platform: Platform) -> Support:
         return Support.yes(f"pure torch: runs on CPU and CUDA (here {platform.describe()})")
