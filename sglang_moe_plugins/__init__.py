@@ -7,7 +7,7 @@ builds. Plugins are discovered on first use from the entry point group ``sglang_
 from ._version import CONTRACT_VERSION, __version__
 from .api import dispatch, explain, get_registry, get_selector, reload, select, silu_mul_quant
 from .config import UserConfig, load_config
-from .contract import Plugin, Support
+from .contract import OptionValueError, Plugin, Support
 from .errors import (
     ConfigError,
     InvalidArgumentError,
@@ -29,6 +29,7 @@ __all__ = [
     "OPS",
     "Plugin",
     "Support",
+    "OptionValueError",
     "Platform",
     "UserConfig",
     "load_config",

@@ -10,7 +10,7 @@ import torch
 
 from .registry import PluginRecord
 
-__all__ = ["BoundOp", "CACHE_CAP"]
+__all__ = ["BoundOp", "CACHE_CAP", "inputs_maybe_written"]
 
 #: Most keys kept by each cache of a selector (selections, bound ops, the hooks' argument keys).
 CACHE_CAP = 4096
@@ -48,6 +48,10 @@ class BoundOp:
     check_every_call: bool
     validate: Callable[..., None] = field(repr=False)
     _first: _FirstCall = field(default_factory=_FirstCall, repr=False)
+    #: The op's outputs type (OpSpec.output_type): what a launch may return besides None.
+    output_type: type | None = field(default=None, repr=False)
+    #: The op's ``(input, flag)`` pairs of inputs a host may mark writable (OpSpec.writable_inputs).
+    writable_inputs: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @property
     def name(self) -> str:
@@ -75,3 +79,26 @@ class _Once:
             if len(self._seen) < self._cap:
                 self._seen.add(key)
             return True
+
+
+def inputs_maybe_written(plugin: Any, writable: tuple[tuple[str, str], ...], inputs: Any, shape: Any, config: Any) -> tuple[str, ...]:
+    """The inputs of this call that ``plugin`` may have written: those the host marked writable (the
+    flag of a ``writable`` pair is true) and the plugin does not declare it leaves alone.
+
+    ``plugin.writes_inputs``: a collection of input names, or ``writes_inputs(shape, config)``
+    returning one. Undeclared, or a declaration that cannot be read: every writable input (the
+    conservative answer). Called on the failure path only.
+    """
+    marked = tuple(name for name, flag in writable if getattr(inputs, flag, False) is True)
+    if not marked:
+        return ()
+    declared = getattr(plugin, "writes_inputs", None)
+    if declared is None:
+        return marked
+    try:
+        if callable(declared):
+            declared = declared(shape, config)
+        names = {declared} if isinstance(declared, str) else set(declared)
+    except Exception:  # noqa: BLE001 - a broken declaration counts as 'may write anything'
+        return marked
+    return tuple(name for name in marked if name in names)

@@ -13,8 +13,13 @@ Optional: ``contract_version`` (int, defaults to the current one), ``options`` (
 name to default value; users override them in the config file), ``description`` (one line),
 ``available(platform) -> Support`` (whether it can run on this machine at all; ``list`` shows it),
 ``prepare(shape, config) -> launch | None`` (the launch for one shape key, worked out once: see
-docs/plugin-contract.md, "prepare"). :class:`Plugin` does not define ``prepare``: a plugin without it
-is run through ``run`` on every call.
+docs/plugin-contract.md, "prepare"), ``check_options(options) -> None`` (checks the option values
+once the user's are merged in; raises :class:`OptionValueError` or ValueError, which the registry
+turns into a ConfigError naming the plugin), ``writes_inputs`` (which inputs the plugin may overwrite
+when the host marks them writable: a collection of input names, or ``writes_inputs(shape, config)``
+returning one; undeclared means every writable input, and a failure after a possible write is never
+followed by another plugin on the same call). :class:`Plugin` does not define ``prepare`` or
+``writes_inputs``: a plugin without ``prepare`` is run through ``run`` on every call.
 
 Subclassing :class:`Plugin` is convenient but not required: the registry checks the attributes.
 """
@@ -28,7 +33,7 @@ from typing import Any, ClassVar, Mapping
 from ._version import CONTRACT_VERSION
 from .hardware import Platform
 
-__all__ = ["Support", "Plugin"]
+__all__ = ["OptionValueError", "Support", "Plugin"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,17 @@ class Support:
         return cls.yes(ok_reason)
 
 
+class OptionValueError(ValueError):
+    """An option value a plugin does not accept: ``check_options`` raises it (the registry reports it as
+    a ConfigError naming the plugin, where the value came from, the option, the value and ``allowed``)."""
+
+    def __init__(self, option: str, value: Any, allowed: str):
+        self.option = option
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"option {option}={value!r}; allowed: {allowed}")
+
+
 class Plugin:
     """Convenience base class for plugins. Subclasses set ``name``, ``op``, ``priority``."""
 
@@ -82,6 +98,11 @@ class Plugin:
 
     def run(self, inputs: Any, outputs: Any, shape: Any, config: Any) -> None:
         raise NotImplementedError(f"plugin {self.name!r} does not implement run()")
+
+    def check_options(self, options: Mapping[str, Any]) -> None:
+        """Check option values (their types are checked against the defaults already): raise
+        :class:`OptionValueError` for a value the plugin cannot use. Called once, when the registry
+        is built, with the defaults merged with the user's ``[options.<name>]`` table."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.op}/{self.name} priority={self.priority}>"

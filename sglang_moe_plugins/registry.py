@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 
 from ._version import CONTRACT_VERSION
 from .config import UserConfig
+from .contract import OptionValueError
 from .errors import ConfigError, PluginValidationError
 from .ops import OPS
 
@@ -98,7 +99,10 @@ def validate_plugin(plugin: Any, origin: str) -> None:
         raise PluginValidationError(f"{who}: options={options!r} must be a mapping of option name to default value")
 
 
-def _merge_options(record_name: str, defaults: Mapping[str, Any], user: Mapping[str, Any], source: str | None) -> Mapping[str, Any]:
+def _merge_options(record_name: str, defaults: Mapping[str, Any], user: Mapping[str, Any], source: str | None,
+                   plugin: Any = None) -> Mapping[str, Any]:
+    """The plugin's defaults merged with the user's table: unknown names and wrong types are ConfigErrors,
+    and so is a value the plugin's ``check_options(merged)`` rejects (OptionValueError or ValueError)."""
     merged = dict(defaults)
     where = f" in {source}" if source else ""
     for key, value in user.items():
@@ -112,7 +116,22 @@ def _merge_options(record_name: str, defaults: Mapping[str, Any], user: Mapping[
                 f"(default {default!r})"
             )
         merged[key] = value
-    return MappingProxyType(merged)
+    merged_view = MappingProxyType(merged)
+    check = getattr(plugin, "check_options", None)
+    if check is None:
+        return merged_view
+    if not callable(check):
+        raise ConfigError(f"plugin {record_name!r}: check_options={check!r} must be a method check_options(options) -> None")
+    try:
+        check(merged_view)
+    except OptionValueError as exc:
+        origin = where if exc.option in user else " (the plugin's default)"
+        raise ConfigError(
+            f"option {exc.option}={exc.value!r} for plugin {record_name!r}{origin} is not accepted; allowed: {exc.allowed}"
+        ) from None
+    except ValueError as exc:
+        raise ConfigError(f"invalid option value for plugin {record_name!r}{where}: {exc}") from None
+    return merged_view
 
 
 class Registry:
@@ -184,7 +203,7 @@ class Registry:
                 enabled, status = False, "disabled (off by default; add it to 'enable')"
             if name in config.priority:
                 status += f"; priority {priority} " + config.provenance.get(f"priority:{name}", "set by config")
-            options = _merge_options(name, getattr(plugin, "options", {}), config.options.get(name, {}), config.source)
+            options = _merge_options(name, getattr(plugin, "options", {}), config.options.get(name, {}), config.source, plugin)
             if options:
                 try:
                     plugin.options = options

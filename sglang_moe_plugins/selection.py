@@ -7,10 +7,14 @@ when it has one, else ``run``), all worked out once per key. A call of a bound o
 and, on the first call of the key (every call under ``strict`` or ``debug``), checks the outputs.
 
 Failures at run time (docs/reliability.md): a plugin that raises, or returns outputs that do not match
-the op's contract, is logged once with the traceback, remembered as failed for that key, and the next
-plugin runs. The error is re-raised instead, and nothing is remembered, when ``strict`` is set, when
-the plugin is forced, when the op is collective (every rank must run the same kernel: no per-rank
-fallback), and inside CUDA graph capture (a fallback cannot be captured after a failed attempt).
+the op's contract (a result of another type than the op's outputs is checked on every call), is
+logged once with the traceback, remembered as failed for that key, and the next plugin runs. The error
+is re-raised instead, and nothing is remembered, when ``strict`` is set, when the plugin is forced,
+when the op is collective (every rank must run the same kernel: no per-rank fallback), and inside CUDA
+graph capture (a fallback cannot be captured after a failed attempt). When the plugin may have written
+an input the host marked writable (``writes_inputs``, :func:`binding.inputs_maybe_written`), the call
+raises too (the next plugin would read damaged data), and the plugin is remembered as failed, so the
+key's later calls run the next plugin.
 
 Every cache is capped at :data:`CACHE_CAP` keys (one WARNING when a cap is reached): past it, calls
 are still selected and bound, without being cached, so that shapes that change on every call cannot
@@ -31,7 +35,7 @@ from .contract import Support
 from .errors import InvalidArgumentError, MoEPluginsError, NoPluginAvailableError, OutputValidationError
 from .ops import get_op
 from .priority_rules import rule_priorities
-from .binding import CACHE_CAP, BoundOp, _Once
+from .binding import CACHE_CAP, BoundOp, _Once, inputs_maybe_written
 from .registry import PluginRecord, Registry
 
 __all__ = ["BoundOp", "CACHE_CAP", "Candidate", "Selection", "Selector", "Verdict"]
@@ -106,6 +110,14 @@ def _as_support(answer: Any, plugin: str) -> Support:
     if isinstance(reason, str) and reason:
         return Support(bool(answer), reason)
     raise TypeError(f"plugin {plugin!r}: supports() returned {answer!r}; it must return sglang_moe_plugins.Support")
+
+
+def _wrong_result(bound: BoundOp, returned: Any) -> OutputValidationError:
+    want = bound.output_type.__name__ if bound.output_type is not None else "None"
+    return OutputValidationError(
+        f"plugin {bound.name!r} returned {type(returned).__name__} from {'its launch' if bound.prepared else 'run()'} "
+        f"on op {bound.op!r}; it must return None (outputs filled in place) or {want}"
+    )
 
 
 def _inputs_device(inputs: Any) -> torch.device:
@@ -308,7 +320,8 @@ class Selector:
 
         config_ = self.registry.config
         return BoundOp(op, shape, config, record, allocate, launch, prepared, spec.collective,
-                       bool(config_.strict or config_.debug), spec.validate_outputs)
+                       bool(config_.strict or config_.debug), spec.validate_outputs,
+                       output_type=spec.output_type, writable_inputs=spec.writable_inputs)
 
     def remember(self, key: Hashable, bound: BoundOp) -> None:
         """Keep ``bound`` under a caller's own ``key`` (e.g. the raw arguments of a hooked call), once its
@@ -329,15 +342,21 @@ class Selector:
         try:
             returned = bound.launch(inputs, outputs)
             if returned is not None:
+                if type(returned) is not bound.output_type:  # every call: one identity test
+                    raise _wrong_result(bound, returned)
                 outputs = returned
             first = bound._first
             if first.pending or bound.check_every_call:
-                bound.validate(outputs, bound.shape, bound.config, bound.record.name)
+                bound.validate(outputs, bound.shape, bound.config, bound.record.name, inputs=inputs)
                 first.pending = False
             return outputs
         except Exception as exc:  # noqa: BLE001 - the failure policy decides
             key = (bound.op, bound.shape, bound.config)
-            self._on_failure(key, bound.name, exc, capturing=_capturing(inputs), collective=bound.collective, stage="run")
+            written = ()
+            if bound.writable_inputs:
+                written = inputs_maybe_written(bound.record.plugin, bound.writable_inputs, inputs, bound.shape, bound.config)
+            self._on_failure(key, bound.name, exc, capturing=_capturing(inputs), collective=bound.collective, stage="run",
+                             written=written)
         return self.call(self.bind(bound.op, bound.shape, bound.config), inputs, given, device)
 
     def dispatch(self, op: str, inputs: Any, shape: Any, config: Any, outputs: Any = None) -> Any:
@@ -347,15 +366,20 @@ class Selector:
             # The caller's outputs are checked before any plugin runs: a wrong buffer is the caller's
             # error and must not be counted as a plugin failure (which would exclude the plugin).
             try:
-                get_op(op).validate_outputs(outputs, shape, config)
+                get_op(op).validate_outputs(outputs, shape, config, inputs=inputs)
             except OutputValidationError as exc:
                 raise InvalidArgumentError(
                     op, "outputs", type(outputs).__name__, f"buffers as the op's allocate_outputs() makes them ({exc})"
                 ) from None
         return self.call(self.bind(op, shape, config), inputs, outputs)
 
-    def _on_failure(self, key: Hashable, plugin: str, exc: Exception, *, capturing: bool, collective: bool, stage: str) -> None:
-        """Re-raise ``exc`` (with a note naming the plugin), or mark ``plugin`` failed for ``key``."""
+    def _on_failure(self, key: Hashable, plugin: str, exc: Exception, *, capturing: bool, collective: bool, stage: str,
+                    written: tuple[str, ...] = ()) -> None:
+        """Re-raise ``exc`` (with a note naming the plugin), or mark ``plugin`` failed for ``key``.
+
+        ``written``: inputs of the call the plugin may have modified (marked writable by the host). The
+        call then raises (the next plugin would read damaged data); the plugin is still marked failed,
+        so that the key's later calls, with fresh inputs, run the next plugin."""
         op = key[0] if isinstance(key, tuple) and key else "?"
         why = None
         if collective:
@@ -373,10 +397,21 @@ class Selector:
         if why is not None:
             exc.add_note(f"sglang-moe-plugins: raised by plugin {plugin!r} ({stage}) on op {op!r}; not falling back: {why}")
             raise exc
+        if written:
+            inputs = ", ".join(written)
+            exc.add_note(
+                f"sglang-moe-plugins: raised by plugin {plugin!r} ({stage}) on op {op!r}; no fallback: it may have "
+                f"modified the input {inputs} (marked writable by the host), which the next plugin would read. "
+                f"The plugin is excluded for this key from the next call on (a plugin that never writes {inputs} "
+                "declares it: writes_inputs, docs/plugin-contract.md)"
+            )
+            self.mark_failed(key, plugin, exc, fallback=False)
+            raise exc
         self.mark_failed(key, plugin, exc)
 
-    def mark_failed(self, key: Hashable, plugin: str, exc: BaseException) -> None:
-        """Exclude ``plugin`` for ``key`` from now on (logged once with the traceback)."""
+    def mark_failed(self, key: Hashable, plugin: str, exc: BaseException, fallback: bool = True) -> None:
+        """Exclude ``plugin`` for ``key`` from now on (logged once with the traceback). ``fallback``:
+        whether the failed call itself goes on with the next plugin (False: it raises)."""
         reason = f"raised {type(exc).__name__} at run time: {exc}"
         if isinstance(exc, MoEPluginsError):
             reason = f"{type(exc).__name__}: {exc}"
@@ -391,7 +426,10 @@ class Selector:
             self._cache.pop(key, None)
             self._bound.pop(key, None)
             self.call_cache.clear()  # a failure is rare: drop every raw-argument key rather than search them
-        self._log_error_once(key, plugin, f"plugin {plugin!r} failed on {op}; falling back to the next plugin", exc)
+        then = ("falling back to the next plugin" if fallback else
+                "this call raises (no fallback: the plugin may have modified an input the host marked writable); "
+                "the key's later calls run the next plugin")
+        self._log_error_once(key, plugin, f"plugin {plugin!r} failed on {op}; {then}", exc)
 
     def failed_plugins(self) -> dict[Hashable, dict[str, str]]:
         with self._lock:

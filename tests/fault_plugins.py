@@ -17,6 +17,9 @@ from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference
 class _CpuPlugin(Plugin):
     op = OP
     description = "deliberately faulty plugin (tests)"
+    #: Their faults are in what they return: none writes its inputs, so each failure may fall back on
+    #: the same call (undeclared, a failure on the hook's writable gateup raises instead).
+    writes_inputs = frozenset()
 
     def available(self, platform):
         return Support.yes("runs anywhere")

@@ -14,6 +14,8 @@ class SmqRaises(Plugin):
     name = "policy_smq_raises"
     op = SMQ
     priority = 1000
+    #: It never writes its inputs: a failure may fall back to the next plugin on the same call.
+    writes_inputs = ()
 
     def supports(self, shape, config):
         return Support.yes("accepts every call")
@@ -72,3 +74,116 @@ class MegaSupportsRaises(MegaRaises):
 
     def supports(self, shape, config):
         raise RuntimeError("probe failed on this rank")
+
+
+# -- issue 18 (no silent corruption on fault paths): tests/test_fault_paths.py -----------------------
+class SmqClobbersThenRaises(Plugin):
+    """Ranked first; writes into ``gateup`` (which the hook marks writable), then raises. Declares
+    nothing about its writes: the conservative default (it may write every writable input)."""
+
+    name = "policy_smq_clobbers"
+    op = SMQ
+    priority = 1000
+
+    def supports(self, shape, config):
+        return Support.yes("accepts every call")
+
+    def run(self, inputs, outputs, shape, config):
+        inputs.gateup.mul_(-4)  # a half-finished in-place step (e.g. a clamp) of a kernel that then fails
+        raise RuntimeError("silu_mul_quant kernel failed after writing its workspace")
+
+
+class SmqDeclaresClampThenRaises(SmqClobbersThenRaises):
+    """Like fp8_fallback: declares it writes ``gateup`` only on calls with a swiglu_limit; raises always
+    (and writes only when it declares it may)."""
+
+    name = "policy_smq_clamps"
+
+    def writes_inputs(self, shape, config):
+        return ("gateup",) if config.swiglu_limit is not None else ()
+
+    def run(self, inputs, outputs, shape, config):
+        if config.swiglu_limit is not None:
+            inputs.gateup.clamp_(max=0.5)
+        raise RuntimeError("silu_mul_quant kernel failed")
+
+
+class SmqReturnsTupleLater(Plugin):
+    """Right on its first call (fills the outputs, returns None); from the second call on it returns
+    the ``(out, scale)`` tuple instead of SiluMulQuantOutputs. Reads its inputs only."""
+
+    name = "policy_smq_tuple"
+    op = SMQ
+    priority = 1000
+    writes_inputs = ()
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def supports(self, shape, config):
+        return Support.yes("accepts every call")
+
+    def run(self, inputs, outputs, shape, config):
+        self.calls += 1
+        silu_mul_quant_reference(inputs, outputs, shape, config)
+        return None if self.calls == 1 else (outputs.out, outputs.scale)
+
+
+class MegaReturnsTuple(MegaRaises):
+    """A mega_moe plugin ranked first that returns a tuple ``(y,)`` instead of MegaMoEOutputs."""
+
+    name = "policy_mega_tuple"
+
+    def run(self, inputs, outputs, shape, config):
+        outputs.y.zero_()
+        return (outputs.y,)
+
+
+class MegaShortRows(MegaRaises):
+    """A mega_moe plugin ranked first that returns a ``y`` of one row, whatever the token count; with
+    ``first_ok``, the first call returns None (its outputs, of the right size) instead."""
+
+    name = "policy_mega_short"
+    first_ok = False
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def run(self, inputs, outputs, shape, config):
+        import torch
+
+        from sglang_moe_plugins.ops.mega_moe import MegaMoEOutputs
+
+        self.calls += 1
+        outputs.y.zero_()
+        if self.first_ok and self.calls == 1:
+            return None
+        return MegaMoEOutputs(torch.zeros((1, shape.hidden), dtype=torch.bfloat16, device=inputs.device))
+
+
+class MegaShortRowsLater(MegaShortRows):
+    name = "policy_mega_short_later"
+    first_ok = True
+
+
+class OptionsChecked(Plugin):
+    """Options with a value check (``check_options`` raising OptionValueError)."""
+
+    name = "policy_options"
+    op = SMQ
+    priority = 1
+    options = {"block": 64, "mode": "fast"}
+
+    def supports(self, shape, config):
+        return Support.yes("accepts every call")
+
+    def check_options(self, options):
+        from sglang_moe_plugins import OptionValueError
+
+        if options["block"] < 1 or options["block"] & (options["block"] - 1):
+            raise OptionValueError("block", options["block"], "a power of two >= 1")
+        if options["mode"] not in ("fast", "exact"):
+            raise OptionValueError("mode", options["mode"], "'fast' or 'exact'")
+
+    def run(self, inputs, outputs, shape, config):
+        silu_mul_quant_reference(inputs, outputs, shape, config)

@@ -110,6 +110,9 @@ INVALID = [
     ("swiglu-limit-inf", lambda: {"swiglu_limit": INF}, "swiglu_limit"),
     ("swiglu-limit-bool", lambda: {"swiglu_limit": True}, "swiglu_limit"),
     ("swiglu-limit-str", lambda: {"swiglu_limit": "10"}, "swiglu_limit"),
+    ("swiglu-limit-int-overflows-float", lambda: {"swiglu_limit": 10**400}, "swiglu_limit"),
+    ("swiglu-limit-below-bf16-normal", lambda: {"swiglu_limit": 2.0**-127}, "swiglu_limit"),
+    ("swiglu-limit-bf16-subnormal-min", lambda: {"swiglu_limit": 2.0**-133}, "swiglu_limit"),
     ("scale-layout-unknown", lambda: {"scale_layout": "col_major"}, "scale_layout"),
     ("swizzle-str", lambda: {"swizzle": "no"}, "swizzle"),
     ("swizzle-none", lambda: {"swizzle": None}, "swizzle"),
@@ -360,6 +363,9 @@ MEGA_INVALID = [
     ("clamp-nan", lambda p: {"activation_clamp": NAN}, "activation_clamp"),
     ("clamp-negative", lambda p: {"activation_clamp": -1.0}, "activation_clamp"),
     ("rsf-inf", lambda p: {"routed_scaling_factor": INF}, "routed_scaling_factor"),
+    ("clamp-int-overflows-float", lambda p: {"activation_clamp": 10**400}, "activation_clamp"),
+    ("clamp-below-bf16-normal", lambda p: {"activation_clamp": 2.0**-127}, "activation_clamp"),
+    ("rsf-int-overflows-float", lambda p: {"routed_scaling_factor": 10**400}, "routed_scaling_factor"),
 ]
 
 

@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
-__all__ = ["OpSpec"]
+__all__ = ["BF16_MIN_NORMAL", "OpSpec", "finite_float"]
+
+#: bf16's smallest normal number. A clamp limit below it rounds to 0 (or a subnormal that kernels
+#: flush to 0) in bf16, which zeroes every output: such limits are invalid arguments.
+BF16_MIN_NORMAL = 2.0**-126
+
+
+def finite_float(value: object) -> float | None:
+    """``value`` as a finite Python float; None for bools, non-numbers, NaN, +-Inf and ints too large
+    for a float (``float(10**400)`` raises OverflowError)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        result = float(value)
+    except OverflowError:
+        return None
+    return result if math.isfinite(result) else None
 
 
 @dataclass(frozen=True)
@@ -15,7 +32,9 @@ class OpSpec:
     name: str
     #: ``allocate_outputs(shape, config, device) -> outputs``
     allocate_outputs: Callable[..., Any]
-    #: ``validate_outputs(outputs, shape, config, plugin) -> None``; raises OutputValidationError.
+    #: ``validate_outputs(outputs, shape, config, plugin=None, inputs=None) -> None``; raises
+    #: OutputValidationError. With ``inputs`` it also checks what depends on the call, not on the shape
+    #: key (mega_moe: ``y`` has at least ``max(num_tokens, 1)`` rows).
     validate_outputs: Callable[..., None]
     #: ``output_allocator(shape, config) -> (device -> outputs)``: sizes, strides and dtypes worked out
     #: once per shape key, so that a call only allocates. None: ``allocate_outputs`` on every call.
@@ -25,3 +44,10 @@ class OpSpec:
     collective: bool = False
     #: The op's shape dataclass (its integer fields are what ``[[priority_rules]]`` bounds match on).
     shape_type: type | None = None
+    #: The op's outputs dataclass: a plugin's ``run``/launch returns None or an object of exactly this
+    #: type (checked on every call).
+    output_type: type | None = None
+    #: ``(input field, flag field)`` pairs: inputs a host may mark writable (the flag is true), which a
+    #: plugin may then overwrite. A plugin that fails after it may have written one is never followed
+    #: by another plugin on the same call (docs/reliability.md).
+    writable_inputs: tuple[tuple[str, str], ...] = ()

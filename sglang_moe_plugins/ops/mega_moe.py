@@ -27,7 +27,6 @@ A plugin for this op can be written with torch alone (tests/test_mega_third_part
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,7 +34,7 @@ import torch
 
 from ..errors import InvalidArgumentError, OutputValidationError
 from ..hardware import Platform, platform_of
-from .base import OpSpec
+from .base import BF16_MIN_NORMAL, OpSpec, finite_float
 
 __all__ = [
     "OP",
@@ -228,15 +227,17 @@ def describe(
     if activation not in ACTIVATIONS:
         raise _bad("activation", activation, f"one of {ACTIVATIONS}")
     if activation_clamp is not None:
-        if isinstance(activation_clamp, bool) or not isinstance(activation_clamp, (int, float)):
-            raise _bad("activation_clamp", activation_clamp, "None or a finite number >= 0")
-        if not (math.isfinite(activation_clamp) and activation_clamp >= 0):
-            raise _bad("activation_clamp", activation_clamp, "None or a finite number >= 0")
-        activation_clamp = float(activation_clamp)
-    if isinstance(routed_scaling_factor, bool) or not isinstance(routed_scaling_factor, (int, float)):
-        raise _bad("routed_scaling_factor", routed_scaling_factor, "a finite number")
-    if not math.isfinite(routed_scaling_factor):
-        raise _bad("routed_scaling_factor", routed_scaling_factor, "a finite number")
+        clamp = finite_float(activation_clamp)
+        # SM100 kernels clamp against bf16(limit): a positive limit below bf16's smallest normal rounds
+        # to 0 there, unlike the SM90 kernel (fp32); such a limit is rejected rather than variant-dependent.
+        if clamp is None or clamp < 0 or 0 < clamp < BF16_MIN_NORMAL:
+            raise _bad("activation_clamp", activation_clamp,
+                       "None, 0 or a finite number >= 2**-126 (bf16's smallest normal) that fits a float")
+        activation_clamp = clamp
+    rsf = finite_float(routed_scaling_factor)
+    if rsf is None:
+        raise _bad("routed_scaling_factor", routed_scaling_factor, "a finite number that fits a float")
+    routed_scaling_factor = rsf
 
     if not isinstance(hidden_states, torch.Tensor):
         raise _bad("hidden_states", type(hidden_states).__name__, "a torch.Tensor")
@@ -325,8 +326,11 @@ def allocate_outputs(
     return MegaMoEOutputs(torch.empty((max(num_tokens, 1), shape.hidden), dtype=torch.bfloat16, device=device))
 
 
-def validate_outputs(outputs: MegaMoEOutputs, shape: MegaMoEShape, config: MegaMoEConfig, plugin: str | None = None) -> None:
-    """Check dtype, rank, width and contiguity of ``y`` (metadata only)."""
+def validate_outputs(outputs: MegaMoEOutputs, shape: MegaMoEShape, config: MegaMoEConfig, plugin: str | None = None,
+                     inputs: MegaMoEInputs | None = None) -> None:
+    """Check dtype, rank, width and contiguity of ``y`` (metadata only); with the call's ``inputs``,
+    also that ``y`` has at least ``max(num_tokens, 1)`` rows (the shape key holds no token count, so
+    without ``inputs`` only ``>= 1`` row can be checked)."""
     who = f"plugin {plugin!r}" if plugin else OP
     if not isinstance(outputs, MegaMoEOutputs):
         raise OutputValidationError(f"{who} returned outputs of type {type(outputs).__name__}, the host requires MegaMoEOutputs")
@@ -335,9 +339,15 @@ def validate_outputs(outputs: MegaMoEOutputs, shape: MegaMoEShape, config: MegaM
         raise OutputValidationError(f"{who} returned y.dtype={getattr(y, 'dtype', type(y).__name__)}, the host requires torch.bfloat16")
     if y.dim() != 2 or y.shape[1] != shape.hidden or y.shape[0] < 1:
         raise OutputValidationError(f"{who} returned y.shape={tuple(y.shape)}, the host requires [max(num_tokens, 1), {shape.hidden}]")
+    if inputs is not None:
+        num_tokens = inputs.num_tokens
+        if y.shape[0] < max(num_tokens, 1):
+            raise OutputValidationError(
+                f"{who} returned y.shape={tuple(y.shape)} for a call of {num_tokens} tokens, the host requires "
+                f"[max(num_tokens, 1), {shape.hidden}] = [{max(num_tokens, 1)}, {shape.hidden}]")
     if not y.is_contiguous():
         raise OutputValidationError(f"{who} returned y.stride()={tuple(y.stride())}, the host requires contiguous")
 
 
 SPEC = OpSpec(name=OP, allocate_outputs=allocate_outputs, validate_outputs=validate_outputs, collective=True,
-              shape_type=MegaMoEShape)
+              shape_type=MegaMoEShape, output_type=MegaMoEOutputs)

@@ -42,10 +42,11 @@ import torch
 
 from ..errors import InvalidArgumentError, OutputValidationError
 from ..hardware import Platform, platform_of
-from .base import OpSpec
+from .base import BF16_MIN_NORMAL, OpSpec, finite_float
 
 __all__ = [
     "OP",
+    "BF16_MIN_NORMAL",
     "GROUP_SIZES",
     "SCALE_LAYOUTS",
     "ScaleLayout",
@@ -59,6 +60,7 @@ __all__ = [
     "output_allocator",
     "validate_outputs",
     "expected_scale_strides",
+    "finite_float",
     "scale_to_float",
     "dequantize",
     "real_rows",
@@ -70,6 +72,9 @@ OP = "silu_mul_quant"
 GROUP_SIZES = (16, 32, 64, 128, 256)
 SCALE_LAYOUTS = ("row_major", "column_major", "ue8m0_packed")
 ScaleLayout = Literal["row_major", "column_major", "ue8m0_packed"]
+
+
+SWIGLU_LIMIT_ALLOWED = "None or a finite number >= 2**-126 (bf16's smallest normal) that fits a float"
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -197,11 +202,10 @@ def describe(
         if not isinstance(value, (bool, int)) or value not in (0, 1):
             raise _bad(flag, value, "True or False")
     if swiglu_limit is not None:
-        if isinstance(swiglu_limit, bool) or not isinstance(swiglu_limit, (int, float)) or not swiglu_limit > 0:
-            raise _bad("swiglu_limit", swiglu_limit, "None or a finite number > 0")
-        if swiglu_limit == float("inf"):
-            raise _bad("swiglu_limit", swiglu_limit, "None or a finite number > 0")
-        swiglu_limit = float(swiglu_limit)
+        limit = finite_float(swiglu_limit)
+        if limit is None or not limit >= BF16_MIN_NORMAL:
+            raise _bad("swiglu_limit", swiglu_limit, SWIGLU_LIMIT_ALLOWED)
+        swiglu_limit = limit
     if scale_layout not in SCALE_LAYOUTS:
         raise _bad("scale_layout", scale_layout, f"one of {SCALE_LAYOUTS}")
     shape = SiluMulQuantShape(num_experts, max_rows, hidden, group_size, topk)
@@ -262,9 +266,11 @@ def allocate_outputs(shape: SiluMulQuantShape, config: SiluMulQuantConfig, devic
 
 
 def validate_outputs(
-    outputs: SiluMulQuantOutputs, shape: SiluMulQuantShape, config: SiluMulQuantConfig, plugin: str | None = None
+    outputs: SiluMulQuantOutputs, shape: SiluMulQuantShape, config: SiluMulQuantConfig, plugin: str | None = None,
+    inputs: SiluMulQuantInputs | None = None,
 ) -> None:
-    """Check dtypes, shapes and strides (metadata only; no device sync)."""
+    """Check dtypes, shapes and strides (metadata only; no device sync). The shape key fixes every
+    size, so ``inputs`` adds nothing here (accepted for the op-independent call of the selector)."""
     who = f"plugin {plugin!r}" if plugin else OP
 
     def fail(what: str, got: object, want: object) -> OutputValidationError:
@@ -328,4 +334,5 @@ def dequantize(outputs: SiluMulQuantOutputs, shape: SiluMulQuantShape, config: S
 
 
 SPEC = OpSpec(name=OP, allocate_outputs=allocate_outputs, validate_outputs=validate_outputs, output_allocator=output_allocator,
-              shape_type=SiluMulQuantShape)
+              shape_type=SiluMulQuantShape, output_type=SiluMulQuantOutputs,
+              writable_inputs=(("gateup", "gateup_writable"),))

@@ -18,12 +18,20 @@ from ._sglang_kernel_support import cuda_host_kernels
 
 __all__ = ["Fp8FallbackPlugin", "GROUP_SIZES"]  # GROUP_SIZES: the op's (re-exported)
 
+_GATEUP = frozenset({"gateup"})
+_NOTHING: frozenset[str] = frozenset()
+
 
 class Fp8FallbackPlugin(Plugin):
     name = "fp8_fallback"
     op = OP
     priority = 50
     description = "SGLang's masked fused per_token_group_quant; swiglu_limit applied by the plugin"
+
+    def writes_inputs(self, shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> frozenset[str]:
+        """``gateup`` when the call has a ``swiglu_limit``: the clamp is applied in place when the host
+        marks ``gateup`` writable. SGLang's fused quant itself reads its input only (``const T*``)."""
+        return _GATEUP if config.swiglu_limit is not None else _NOTHING
 
     def available(self, platform: Platform) -> Support:
         return cuda_host_kernels(platform)

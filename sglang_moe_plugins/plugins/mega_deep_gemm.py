@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, ClassVar
 
-from ..contract import Plugin, Support
+from ..contract import OptionValueError, Plugin, Support
 from ..deep_gemm_api import DeepGemmApi, detect_deep_gemm_api
 from ..hardware import Platform, triton_available
 from ..ops.mega_moe import OP, MegaMoEConfig, MegaMoEInputs, MegaMoEOutputs, MegaMoEShape
@@ -205,6 +205,12 @@ class MegaDeepGemmPlugin(Plugin):
     @property
     def api(self) -> DeepGemmApi:
         return self._api if self._api is not None else detect_deep_gemm_api()
+
+    def check_options(self, options: Any) -> None:
+        """``pre_dispatch`` must be one of :data:`PRE_DISPATCH_CHOICES` (a ConfigError when the registry is built)."""
+        choice = options.get("pre_dispatch", "auto")
+        if choice not in PRE_DISPATCH_CHOICES:
+            raise OptionValueError("pre_dispatch", choice, f"one of {PRE_DISPATCH_CHOICES}")
 
     # -- selection ---------------------------------------------------------------------------------
     def pre_dispatch_choice(self) -> str:

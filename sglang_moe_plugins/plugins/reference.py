@@ -62,6 +62,8 @@ class ReferencePlugin(Plugin):
     op = OP
     priority = 0
     description = "pure torch oracle; every shape, CPU and GPU (slow: host sync on masked_m)"
+    #: Reads ``gateup`` only (it indexes the real rows into a copy).
+    writes_inputs = frozenset()
 
     def available(self, platform: Platform) -> Support:
         return Support.yes("pure torch, runs anywhere")

@@ -66,6 +66,8 @@ class TritonPlugin(Plugin):
     #: before waiting for the previous kernel in the stream, as SGLang's JIT kernel does; set it to
     #: false when the kernel right before this op may still be writing ``masked_m``).
     options = MappingProxyType({"pdl": True})
+    #: The kernel stores to ``out`` and ``scale`` only; ``gateup`` is loaded, never stored to.
+    writes_inputs = frozenset()
 
     @functools.cached_property
     def _launches(self) -> dict[tuple, Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]]:

@@ -17,7 +17,7 @@ CPU-only host it is therefore the plugin selected for the calls it supports.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -62,6 +62,19 @@ class ExampleTorchPlugin(Plugin):
     #: ``chunk_experts``: process this many experts at a time to bound temporary memory (0: all at once).
     #: Users set it in the config file: ``[options.example_torch] chunk_experts = 8``.
     options = MappingProxyType({"chunk_experts": 0})
+
+    #: It reads ``gateup`` only (the clamp and SiLU make new tensors): when it fails, the host may run
+    #: the next plugin on the same input. Undeclared, a failure on a writable input is not retried.
+    writes_inputs = frozenset()
+
+    def check_options(self, options: Mapping[str, Any]) -> None:
+        """Option values, checked once when the registry is built (their types were checked against the
+        defaults before): a ValueError becomes a ConfigError naming this plugin, the value and where it
+        was set. (``sglang_moe_plugins.OptionValueError``, a ValueError, gives the same with the option
+        as a field; plain ValueError keeps the example importable with sglang-moe-plugins 0.3.0.)"""
+        chunk = options["chunk_experts"]
+        if chunk < 0:
+            raise ValueError(f"chunk_experts={chunk!r}; allowed: 0 (all experts at once) or an int >= 1 (experts per chunk)")
 
     def available(self, platform: Platform) -> Support:
         return Support.yes(f"pure torch: runs on CPU and CUDA (here {platform.describe()})")
