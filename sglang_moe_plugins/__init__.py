@@ -8,6 +8,7 @@ from ._version import CONTRACT_VERSION, __version__
 from .api import dispatch, explain, get_registry, get_selector, reload, select, silu_mul_quant
 from .config import UserConfig, load_config
 from .contract import OptionValueError, Plugin, Support
+from .counters import PluginStats, Stats, stats
 from .errors import (
     ConfigError,
     InvalidArgumentError,
@@ -47,6 +48,9 @@ __all__ = [
     "get_registry",
     "get_selector",
     "reload",
+    "stats",
+    "Stats",
+    "PluginStats",
     "MoEPluginsError",
     "ConfigError",
     "InvalidArgumentError",

@@ -52,6 +52,8 @@ class BoundOp:
     output_type: type | None = field(default=None, repr=False)
     #: The op's ``(input, flag)`` pairs of inputs a host may mark writable (OpSpec.writable_inputs).
     writable_inputs: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    #: Counts a call of this bound op in :func:`sglang_moe_plugins.stats` (set by ``Selector.bind``).
+    hit: Callable[[], int] = field(default=int, repr=False)
 
     @property
     def name(self) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from .stats import process_rank
+from .counters import process_rank
 
 __all__ = ["PREFIX", "RANK_FILTER", "get_logger", "rank_label"]
 

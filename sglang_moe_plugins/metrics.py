@@ -26,7 +26,7 @@ import threading
 from typing import Any
 
 from .log import get_logger
-from .stats import stats
+from .counters import stats
 
 __all__ = ["INTERVAL_S", "METRIC_NAMES", "start_metrics_export", "flush_metrics", "metrics_enabled"]
 

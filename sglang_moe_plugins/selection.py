@@ -37,10 +37,14 @@ from .ops import get_op
 from .priority_rules import rule_priorities
 from .binding import CACHE_CAP, BoundOp, _Once, inputs_maybe_written
 from .registry import PluginRecord, Registry
+from .counters import counter
+from .log import get_logger
 
 __all__ = ["BoundOp", "CACHE_CAP", "Candidate", "Selection", "Selector", "Verdict"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
+#: Longest INFO line of a new key's choice (the rank label comes on top).
+INFO_LINE_MAX = 145
 
 
 class Verdict:
@@ -252,15 +256,16 @@ class Selector:
         if selection.chosen is None:
             logger.warning("sglang-moe-plugins: %s", selection.explain())
             return
-        others = "; ".join(f"{c.name}: {c.verdict} ({c.reason})" for c in selection.candidates if c.verdict != Verdict.CHOSEN)
-        logger.info(
-            "sglang-moe-plugins: %s %s -> %s (%s)%s",
-            selection.op,
-            selection.key_description(),
-            selection.chosen.name,
-            selection.candidate(selection.chosen.name).reason,
-            f"; not chosen: {others}" if others else "",
-        )
+        # INFO: the choice first, one short line per key (under 160 characters); the reasons at DEBUG
+        # (``explain`` gives them too).
+        head = f"sglang-moe-plugins: {selection.op} -> {selection.chosen.name} for "
+        key = selection.key_description()
+        room = INFO_LINE_MAX - len(head)
+        logger.info("%s%s", head, key if len(key) <= room else key[:room - 3] + "...")
+        if logger.isEnabledFor(logging.DEBUG):
+            others = "; ".join(f"{c.name}: {c.verdict} ({c.reason})" for c in selection.candidates if c.verdict != Verdict.CHOSEN)
+            logger.debug("sglang-moe-plugins: %s %s -> %s (%s)%s", selection.op, key, selection.chosen.name,
+                         selection.candidate(selection.chosen.name).reason, f"; not chosen: {others}" if others else "")
 
     def _log_error_once(self, key: Hashable, plugin: str, message: str, exc: BaseException) -> None:
         if self._errors_logged.first((key, plugin)):  # several threads may fail on the same key at once: one line
@@ -288,6 +293,7 @@ class Selector:
                 except Exception as exc:  # noqa: BLE001 - the failure policy decides
                     capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
                     self._on_failure(key, record.name, exc, capturing=capturing, collective=get_op(op).collective, stage="prepare")
+                    counter("fallbacks", op, record.name).hit()
                     continue
                 if self._fits("bound ops", self._bound):
                     self._bound[key] = bound
@@ -321,7 +327,8 @@ class Selector:
         config_ = self.registry.config
         return BoundOp(op, shape, config, record, allocate, launch, prepared, spec.collective,
                        bool(config_.strict or config_.debug), spec.validate_outputs,
-                       output_type=spec.output_type, writable_inputs=spec.writable_inputs)
+                       output_type=spec.output_type, writable_inputs=spec.writable_inputs,
+                       hit=counter("calls", op, record.name).hit)
 
     def remember(self, key: Hashable, bound: BoundOp) -> None:
         """Keep ``bound`` under a caller's own ``key`` (e.g. the raw arguments of a hooked call), once its
@@ -337,6 +344,7 @@ class Selector:
         the key's first call (every call under strict or debug). On a failure, the policy in the module
         docstring: re-raise, or mark the plugin failed for the key and run the next one."""
         given = outputs
+        bound.hit()  # stats(): calls per (op, plugin); one C call
         if outputs is None:
             outputs = bound.allocate(device if device is not None else _inputs_device(inputs))
         try:
@@ -357,6 +365,7 @@ class Selector:
                 written = inputs_maybe_written(bound.record.plugin, bound.writable_inputs, inputs, bound.shape, bound.config)
             self._on_failure(key, bound.name, exc, capturing=_capturing(inputs), collective=bound.collective, stage="run",
                              written=written)
+            counter("fallbacks", bound.op, bound.name).hit()  # not re-raised: this call falls back
         return self.call(self.bind(bound.op, bound.shape, bound.config), inputs, given, device)
 
     def dispatch(self, op: str, inputs: Any, shape: Any, config: Any, outputs: Any = None) -> Any:

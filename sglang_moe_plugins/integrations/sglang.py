@@ -36,7 +36,7 @@ from .. import api
 from ..config import ON_CONFIG_ERROR_ENV, STOCK_ENV, config_error_policy
 from ..errors import ConfigError, MoEPluginsError
 from ..metrics import start_metrics_export
-from ..stats import EventCounter, counter
+from ..counters import EventCounter, counter
 from ..ops import silu_mul_quant as smq
 from .sglang_versions import (
     KNOWN_TARGETS,

@@ -1,4 +1,4 @@
-"""Per-process counters of what the hooks did: calls per (op, plugin), fallbacks, calls handed to SGLang.
+"""Per-process counters (``sglang_moe_plugins.stats()``) of what the hooks did: calls per (op, plugin), fallbacks, calls handed to SGLang.
 
 Counting is one C call per event (``next()`` on an ``itertools.count``, atomic under the GIL), so it
 takes no lock on the hot path; :func:`stats` reads every counter into a frozen, JSON-ready
