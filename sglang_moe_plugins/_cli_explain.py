@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from typing import Any
 
 from . import api
 from ._cli_util import UsageError, emit, parse_platform, platform_arg, positive_int, rows_arg, table
-from .catalog import DEFAULT_ROWS, ModelSpec, get_model, load_catalog, mega_moe_cases, platform_uses_ue8m0, silu_mul_quant_cases
+from .catalog import (
+    DEFAULT_ROWS,
+    ModelSpec,
+    deep_gemm_runner_runs_on,
+    get_model,
+    load_catalog,
+    mega_moe_cases,
+    model_from_hf_config,
+    platform_uses_ue8m0,
+    silu_mul_quant_cases,
+)
+from .errors import InvalidArgumentError
 from .hardware import Platform, local_platform
 from .ops.silu_mul_quant import GROUP_SIZES
 
@@ -44,12 +56,21 @@ def forced_here_warnings(registry: Any) -> list[str]:
     return out
 
 
+def _is_config_path(text: str) -> bool:
+    return text.endswith(".json") or os.sep in text or os.path.isfile(text)
+
+
 def _models(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
     if args.model:
         given = [f"--{n}" for n in ("experts", "hidden", "topk", "limit") if getattr(args, n) is not None]
         if given:
-            raise UsageError(given[0], "not allowed with --model (the catalog gives the model's sizes and swiglu limit); "
-                             "drop it, or drop --model and give --experts/--hidden/--topk")
+            raise UsageError(given[0], "not allowed with --model (the catalog or the config.json gives the model's sizes and "
+                             "swiglu limit); drop it, or drop --model and give --experts/--hidden/--topk")
+        if args.model != "all" and _is_config_path(args.model):
+            try:
+                return (model_from_hf_config(args.model),)
+            except InvalidArgumentError as exc:
+                raise UsageError("--model", f"{exc.argument} = {exc.value!r} is not allowed; allowed: {exc.allowed}") from None
         return load_catalog() if args.model == "all" else (get_model(args.model),)
     missing = [f"--{n}" for n in ("experts", "hidden", "topk") if getattr(args, n) is None]
     if missing:
@@ -58,10 +79,27 @@ def _models(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
     return (ModelSpec("custom/custom", 0, args.hidden, args.experts, args.topk, 0, act, "", "given"),)
 
 
-def _check_parallel(models: tuple[ModelSpec, ...], eps: list[int], tp: int, group_size: int, many: bool) -> list[str]:
-    """Errors for a bad --ep/--tp with one model; with ``--model all`` the skipped pairs, as notes."""
+def _group_size(args: argparse.Namespace, model: ModelSpec) -> int:
+    """``--group-size``, else the group the model's config.json declares, else 128."""
+    if args.group_size is not None:
+        return args.group_size
+    if model.group_size is not None:
+        if model.group_size not in GROUP_SIZES:
+            raise UsageError("--model", f"{model.short_name}'s quantization_config.weight_block_size gives group size {model.group_size}; "
+                             f"allowed: {', '.join(map(str, GROUP_SIZES))} (or pass --group-size)")
+        return model.group_size
+    return 128
+
+
+def _size_flag(model: ModelSpec) -> str:
+    return "--hidden" if model.id == "custom/custom" else "--group-size"
+
+
+def _check_parallel(models: tuple[ModelSpec, ...], eps: list[int], tp: int, args: argparse.Namespace, many: bool) -> list[str]:
+    """Errors for a bad --ep/--tp/--hidden/--group-size with one model; with ``--model all`` the skipped pairs, as notes."""
     notes = []
     for model in models:
+        group_size = _group_size(args, model)
         for ep in eps:
             if model.experts % ep:
                 divisors = [d for d in range(1, model.experts + 1) if model.experts % d == 0]
@@ -71,8 +109,21 @@ def _check_parallel(models: tuple[ModelSpec, ...], eps: list[int], tp: int, grou
                 notes.append(f"{model.short_name}: EP{ep} skipped: {text}")
         if model.gpt_oss_activation:
             continue
+        if model.inter % group_size:
+            if model.id == "custom/custom":
+                text = f"{model.inter} is not a multiple of the group size {group_size}; allowed: a multiple of {group_size}"
+            else:
+                fits = [g for g in GROUP_SIZES if model.inter % g == 0]
+                text = (f"{model.short_name}'s intermediate size {model.inter} is not a multiple of group size {group_size}; "
+                        f"allowed: {', '.join(map(str, fits)) or 'none of ' + ', '.join(map(str, GROUP_SIZES))}")
+            if not many:
+                raise UsageError(_size_flag(model), text)
+            notes.append(f"{model.short_name}: skipped: {text}")
+            continue
         if model.inter % tp or (model.inter // tp) % group_size:
-            text = f"TP{tp} leaves {model.short_name}'s intermediate size {model.inter} not split into multiples of --group-size {group_size}"
+            fits = [t for t in range(1, model.inter // group_size + 1) if model.inter % t == 0 and (model.inter // t) % group_size == 0]
+            text = (f"TP{tp} leaves {model.short_name}'s intermediate size {model.inter} not split into multiples of group size "
+                    f"{group_size}; allowed: {', '.join(map(str, fits))}")
             if not many:
                 raise UsageError("--tp", text)
             notes.append(f"{model.short_name}: TP{tp} skipped: {text}")
@@ -83,7 +134,7 @@ def explain_calls(args: argparse.Namespace, platform: Platform, ue8m0: bool) -> 
     """``(label, op, shape, config)`` per call (``shape`` None: ``config`` is the note) and the notes."""
     models = _models(args)
     eps = list(dict.fromkeys(args.ep))
-    notes = _check_parallel(models, eps, args.tp, args.group_size, many=len(models) > 1)
+    notes = _check_parallel(models, eps, args.tp, args, many=len(models) > 1)
     ops = OPS if args.op == "all" else (args.op,)
     rows = args.rows or DEFAULT_ROWS
     cases: list[tuple[str, str, Any, Any]] = []
@@ -92,14 +143,20 @@ def explain_calls(args: argparse.Namespace, platform: Platform, ue8m0: bool) -> 
             cases.append((model.short_name, "silu_mul_quant", None,
                           "gpt-oss activation (gemm1_alpha): handed to SGLang's original function, not modelled (docs/reliability.md)"))
             continue
-        tp_ok = not (model.inter % args.tp or (model.inter // args.tp) % args.group_size)
+        group_size = _group_size(args, model)
+        tp_ok = not (model.inter % group_size or model.inter % args.tp or (model.inter // args.tp) % group_size)
         for ep in eps:
             if model.experts % ep:
                 continue
-            if "silu_mul_quant" in ops and tp_ok:
+            if "silu_mul_quant" in ops and tp_ok and not deep_gemm_runner_runs_on(platform):
+                cases.append((f"{model.short_name} EP{ep} TP{args.tp}", "silu_mul_quant", None,
+                              f"not called on {platform}: SGLang runs its DeepGEMM MoE runner (the hooked "
+                              f"_varlen_deep_gemm_silu_mul_quant) on sm90 or newer only, so another SGLang MoE backend "
+                              f"serves this model there and no plugin is involved"))
+            elif "silu_mul_quant" in ops and tp_ok:
                 limit = "model" if args.model else args.limit
                 for case in silu_mul_quant_cases(model, ep=ep, tp=args.tp, rows=rows, platform=platform, ue8m0=ue8m0,
-                                                 group_size=args.group_size, swiglu_limit=limit):
+                                                 group_size=group_size, swiglu_limit=limit):
                     cases.append((case.label, "silu_mul_quant", case.shape, case.config))
             if "mega_moe" in ops:
                 for mega in mega_moe_cases(model, ep=ep, platform=platform):
@@ -164,7 +221,8 @@ def add_explain_parser(sub: Any) -> None:
     p = sub.add_parser("explain", help="which plugin runs each MoE call of a model (silu_mul_quant and mega_moe), and why not the others",
                        description="Explain plugin selection for a catalog model's MoE calls (or explicit sizes) on a platform. "
                                    "A call no enabled plugin supports raises NoPluginAvailableError at run time.")
-    p.add_argument("--model", help="a model of the embedded catalog (id or short name), or 'all'")
+    p.add_argument("--model", help="a model of the embedded catalog (id or short name), 'all', or a HuggingFace config.json "
+                                    "(path; for models the catalog lacks)")
     p.add_argument("--experts", type=positive_int, help="routed experts (only without --model)")
     p.add_argument("--hidden", type=positive_int, help="per-expert intermediate size D (only without --model)")
     p.add_argument("--topk", type=positive_int, help="experts per token (only without --model)")
@@ -172,7 +230,8 @@ def add_explain_parser(sub: Any) -> None:
     p.add_argument("--ep", type=positive_int, nargs="+", default=[1], help="expert-parallel size(s), each dividing the experts (default 1)")
     p.add_argument("--tp", type=positive_int, default=1, help="MoE tensor-parallel size (default 1)")
     p.add_argument("--rows", type=rows_arg, help=f"padded rows per expert N, comma-separated ints >= 1 (default {','.join(map(str, DEFAULT_ROWS))})")
-    p.add_argument("--group-size", type=int, default=128, choices=GROUP_SIZES, help="quantization group size (default 128)")
+    p.add_argument("--group-size", type=int, default=None, choices=GROUP_SIZES,
+                   help="quantization group size (default: the config.json's weight_block_size, else 128)")
     p.add_argument("--ue8m0", action="store_true", help="UE8M0 packed scales on sm90 too (implied on sm100, as SGLang does)")
     p.add_argument("--platform", type=platform_arg, default="local",
                    help="local (this machine; default, shown in the output), cpu, or smNN (sm90, sm100)")

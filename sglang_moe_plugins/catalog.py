@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 from .errors import InvalidArgumentError
 from .hardware import Platform
@@ -16,11 +18,13 @@ __all__ = [
     "ModelSpec",
     "load_catalog",
     "get_model",
+    "model_from_hf_config",
     "SiluMulQuantCase",
     "silu_mul_quant_cases",
     "MegaMoECase",
     "mega_moe_cases",
     "platform_uses_ue8m0",
+    "deep_gemm_runner_runs_on",
     "DEFAULT_ROWS",
 ]
 
@@ -41,6 +45,8 @@ class ModelSpec:
     act: str
     quant: str
     status: str
+    #: Quantization group size the checkpoint declares (``weight_block_size[1]``), when known.
+    group_size: int | None = None
 
     @property
     def swiglu_limit(self) -> float | None:
@@ -61,7 +67,7 @@ class ModelSpec:
 def load_catalog() -> tuple[ModelSpec, ...]:
     """Every model of the embedded catalog."""
     raw = json.loads(resources.files("sglang_moe_plugins").joinpath("data/moe_models.json").read_text())
-    return tuple(ModelSpec(**{k: m[k] for k in ModelSpec.__dataclass_fields__}) for m in raw["models"])
+    return tuple(ModelSpec(**{k: m[k] for k in ModelSpec.__dataclass_fields__ if k in m}) for m in raw["models"])
 
 
 def get_model(name: str) -> ModelSpec:
@@ -72,6 +78,72 @@ def get_model(name: str) -> ModelSpec:
             return model
     valid = ", ".join(m.short_name for m in load_catalog())
     raise InvalidArgumentError("catalog", "model", name, f"a model of the embedded catalog: {valid}")
+
+
+#: HuggingFace config keys, in the order tried: routed experts, per-expert intermediate size, experts per token.
+_HF_EXPERTS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
+_HF_INTER = ("moe_intermediate_size", "intermediate_size")
+_HF_TOPK = ("num_experts_per_tok", "moe_topk", "top_k")
+_CONFIG_MAX_BYTES = 4 << 20
+
+
+def _hf_int(cfg: dict[str, Any], keys: tuple[str, ...], source: str) -> int:
+    for key in keys:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if isinstance(value, list) and value and all(v == value[0] for v in value):
+            value = value[0]  # some configs give one value per layer
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidArgumentError("model config", key, value, f"an int >= 1 (in {source})")
+        return value
+    raise InvalidArgumentError("model config", "/".join(keys), None, f"one of these keys in {source} (a MoE model's config.json)")
+
+
+def model_from_hf_config(path: str | os.PathLike[str]) -> ModelSpec:
+    """A model's MoE layer read from its HuggingFace ``config.json`` (for models the catalog lacks).
+
+    Reads the routed experts (``num_experts``, ``n_routed_experts`` or ``num_local_experts``), the per-expert
+    intermediate size (``moe_intermediate_size``, else ``intermediate_size``), ``num_experts_per_tok``,
+    ``hidden_size``, ``swiglu_limit`` and the quantization group size (``quantization_config.weight_block_size``),
+    from the top level or from ``text_config`` (multimodal configs). gpt-oss (``model_type`` ``gpt_oss``) is
+    marked as its clamped activation, which SGLang runs through its own ``gemm1_alpha`` path.
+    """
+    source = os.fspath(path)
+    try:
+        if os.path.getsize(source) > _CONFIG_MAX_BYTES:
+            raise InvalidArgumentError("model config", "path", source, f"a config.json of at most {_CONFIG_MAX_BYTES >> 20} MB")
+        with open(source, encoding="utf-8-sig") as handle:
+            raw = json.load(handle)
+    except OSError as exc:
+        raise InvalidArgumentError("model config", "path", source, f"a readable file ({exc.strerror or exc})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidArgumentError("model config", "path", source, f"a JSON file ({exc})") from None
+    if not isinstance(raw, dict):
+        raise InvalidArgumentError("model config", "path", source, "a JSON object (a HuggingFace config.json)")
+    cfg = {**raw, **raw["text_config"]} if isinstance(raw.get("text_config"), dict) else raw
+    experts = _hf_int(cfg, _HF_EXPERTS, source)
+    inter = _hf_int(cfg, _HF_INTER, source)
+    topk = _hf_int(cfg, _HF_TOPK, source)
+    hidden = _hf_int(cfg, ("hidden_size",), source)
+    limit = cfg.get("swiglu_limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0):
+        raise InvalidArgumentError("model config", "swiglu_limit", limit, f"a number > 0 or null (in {source})")
+    quant = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else {}
+    block = quant.get("weight_block_size")
+    group = None
+    if block is not None:
+        if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+            raise InvalidArgumentError("model config", "quantization_config.weight_block_size", block, f"two ints > 0, e.g. [128, 128] (in {source})")
+        group = block[1]
+    if cfg.get("model_type") == "gpt_oss":
+        act = "gpt-oss clamped swiglu"
+    else:
+        act = f"swiglu_limit={float(limit)}" if limit is not None else "silu"
+    name = raw.get("_name_or_path") or os.path.basename(os.path.dirname(os.path.abspath(source))) or os.path.basename(source)
+    quant_text = f"{quant.get('quant_method', 'quantized')} block {block[0]}x{block[1]}" if block else str(quant.get("quant_method", "bf16"))
+    return ModelSpec(f"config/{os.path.basename(str(name).rstrip('/'))}", hidden, inter, experts, topk, 0, act, quant_text,
+                     f"read from {source}", group)
 
 
 @dataclass(frozen=True)
@@ -127,8 +199,17 @@ def silu_mul_quant_cases(
 
 
 def platform_uses_ue8m0(platform: Platform) -> bool:
-    """Whether SGLang's DeepGEMM path uses UE8M0 scales there: on sm100 (Blackwell) it always does."""
-    return platform.is_cuda and platform.capability is not None and platform.capability[0] == 10
+    """Whether SGLang's DeepGEMM path uses UE8M0 scales there: on sm100 (Blackwell) it always does
+    (``DEEPGEMM_SCALE_UE8M0`` in ``sglang.srt.layers.deep_gemm_wrapper.configurer``; also sm120/sm121)."""
+    return platform.is_cuda and platform.capability is not None and (
+        platform.capability[0] == 10 or platform.capability in ((12, 0), (12, 1)))
+
+
+def deep_gemm_runner_runs_on(platform: Platform) -> bool:
+    """Whether SGLang (0.5.16 to 0.5.23) runs its DeepGEMM MoE runner, and so the hooked functions, there:
+    CUDA compute capability 9.0 or newer (``_compute_enable_deep_gemm`` in ``deep_gemm_wrapper/configurer.py``
+    returns False below sm90). The CPU platform is kept: it is where the ``reference`` plugin is explained."""
+    return not platform.is_cuda or (platform.capability is not None and platform.capability >= (9, 0))
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 
 1. Runs SGLang's own ``load_plugins()``, which loads this package's ``sglang.srt.plugins`` entry point
    and hooks SGLang's ``_varlen_deep_gemm_silu_mul_quant``.
-2. For the shapes on which stock SGLang 0.5.23 fails (HOST-FACTS.md), calls the stock function
-   (``__wrapped__``) and the hooked one with the same random inputs: before (result or exception)
-   and after (plugin chosen, why, and the numerical check against an independent fp64 computation).
+2. For the shapes behind the crashes the package prevents (docs/host-notes.md), calls the stock function
+   (``__wrapped__``) and the hooked one with the same random inputs: before (what stock SGLang does with
+   the call on a GPU, and the exception its own Python raises here) and after (plugin chosen, why, and the
+   numerical check against an independent fp64 computation). Synthetic cases are labelled as such.
 3. For every model of the embedded catalog: the hooked call at EP 1 and EP 8 on this machine, and
    which plugin an H200 (sm90) would choose and why.
 
@@ -35,15 +36,31 @@ class DemoCase:
     topk: int
     swiglu_limit: float | None
     keep_fp32: bool = False
+    #: What stock SGLang does with this call on a GPU (read from its source; docs/host-notes.md).
+    on_gpu: str = ""
 
 
-#: Shapes on which stock SGLang 0.5.23 crashes (HOST-FACTS.md), as (local experts, N, D) per rank.
+_PLAIN = ("runs: plain SiLU takes SGLang's per_token_group_quant branch, which has no shape limit here; it rounds SiLU to "
+          "bf16 before the product, where the plugins keep it in fp32 (docs/host-notes.md)")
+
+#: Calls of the DeepGEMM masked runner (local experts E, padded rows N, per-expert size D per rank) behind the
+#: crashes the package prevents, and two that stock SGLang runs. Synthetic ones are labelled.
 CRASH_CASES = (
-    DemoCase("Qwen3-30B-A3B-FP8 TP4/EP4 (E=32, D=768: G=6, G % 4 != 0)", 32, 64, 768, 8, None),
-    DemoCase("Qwen3-30B-A3B-FP8 TP4/EP4, precise branch (silu_mul_keep_fp32: G % 4 != 0)", 32, 64, 768, 8, None, True),
-    DemoCase("Qwen3.5-35B-A3B EP2 (E=128, D=512: D // 8 < E)", 128, 64, 512, 8, None),
-    DemoCase("Qwen3.5-35B-A3B EP2 with swiglu_limit=10", 128, 64, 512, 8, 10.0),
-    DemoCase("DeepSeek-V4-Flash EP8 (E=32, D=2048, swiglu_limit=10, N=6)", 32, 6, 2048, 6, 10.0),
+    DemoCase("DeepSeek-V4-Flash --tp 4 (E=256, D=2048/4=512, swiglu_limit=10: D // 8 < E)", 256, 128, 512, 6, 10.0,
+             on_gpu="crashes on SGLang 0.5.19 with --moe-runner-backend deep_gemm when the runner takes its masked layout "
+                    "(the clamped SwiGLU goes to the DSV4 JIT branch and its assert); SGLang 0.5.20 and later switch this "
+                    "shape to the compact layout instead (_masked_activation_unsupported_reason), so the call is not made"),
+    DemoCase("Qwen3.5-35B-A3B EP2 (E=128, D=512: D // 8 < E)", 128, 64, 512, 8, None, on_gpu=_PLAIN),
+    DemoCase("Qwen3-30B-A3B-FP8 EP4 (E=32, D=768: G=6, G % 4 != 0)", 32, 64, 768, 8, None, on_gpu=_PLAIN),
+    DemoCase("synthetic: Qwen3-30B-A3B-FP8 EP4 shape with silu_mul_keep_fp32 (G % 4 != 0)", 32, 64, 768, 8, None, True,
+             on_gpu="crashes: the DSV4 JIT branch's AssertionError; SGLang sets silu_mul_keep_fp32 only under DeepEP v2 with "
+                    "MXFP8 for an architecture registered with register_deepep_v2_model(..., silu_mul_keep_fp32=True), "
+                    "which no built-in model is"),
+    DemoCase("synthetic: Qwen3.5-35B-A3B EP2 shape with swiglu_limit=10 (the model is plain SiLU)", 128, 64, 512, 8, 10.0,
+             on_gpu="crashes: the DSV4 JIT branch's AssertionError (any clamped model with D // 8 < E)"),
+    DemoCase("synthetic: DeepSeek-V4-Flash EP8 with N=6 rows per expert (N % 4 != 0)", 32, 6, 2048, 6, 10.0,
+             on_gpu="crashes: the DSV4 JIT branch's AssertionError; SGLang's DeepEP low-latency dispatch sizes N as a "
+                    "multiple of the ranks, so this N is synthetic"),
 )
 
 
@@ -101,9 +118,12 @@ def run_demo(log_level: str = "WARNING") -> dict[str, Any]:
         gateup, masked = _inputs(case.experts, case.rows, case.hidden, seed=i)
         try:
             stock(gateup.clone(), masked, 128, case.topk, swiglu_limit=case.swiglu_limit, silu_mul_keep_fp32=case.keep_fp32)
-            before = "ran"
+            here_stock = "ran"
+        except NotImplementedError as exc:  # the GPU-only kernel of the plain branch: not the shape bug
+            here_stock = f"no CPU kernel ({_short(exc)[:80]}...): not the shape bug; see the GPU line"
         except Exception as exc:  # noqa: BLE001 - the point is to show it
-            before = _short(exc)
+            here_stock = _short(exc)
+        before = {"on_gpu": case.on_gpu, "here": here_stock}
         out, scale = hooked(gateup.clone(), masked, 128, case.topk, swiglu_limit=case.swiglu_limit, silu_mul_keep_fp32=case.keep_fp32)
         layout = "row_major" if case.swiglu_limit is not None or case.keep_fp32 else "column_major"
         from .ops import silu_mul_quant as smq
@@ -149,12 +169,13 @@ def _print_text(report: dict[str, Any]) -> None:
     print("sglang-moe-plugins demo: SGLang's load_plugins() applied hooks to:")
     for target in report["hooks"]["targets"]:
         print(f"  {'hooked' if target['ok'] else 'NOT hooked'}: {target['path']} ({target['reason']})")
-    print("\nShapes on which stock SGLang 0.5.23 fails")
+    print("\nThe DeepGEMM masked runner's calls behind the crashes (stock SGLang's own function vs the hooked one)")
     for item in report["crash_cases"]:
         h = item["hooked"]
         print(f"\n* {item['case']}")
-        print(f"  before (stock SGLang): {item['stock_sglang']}")
-        print(f"  after  (hooked):       plugin {h['plugin']!r} ({h['why']}); vs fp64: {h['check']['detail']}, "
+        print(f"  before, stock SGLang on a GPU: {item['stock_sglang']['on_gpu']}")
+        print(f"  before, stock SGLang here:     {item['stock_sglang']['here']}")
+        print(f"  after (hooked):                plugin {h['plugin']!r} ({h['why']}); vs fp64: {h['check']['detail']}, "
               f"all real rows written: {h['check']['all_real_rows_written']} -> {'OK' if h['check']['ok'] else 'FAILED'}")
         for name, why in h["not_chosen"].items():
             print(f"      not {name}: {why}")

@@ -7,27 +7,35 @@
 The same suite runs as ``sglang-moe-plugins check NAME`` and as a pytest plugin (``pytest --moe-plugin NAME``
 or ``@pytest.mark.moe_plugin("NAME")`` with the ``moe_plugin_report`` fixture). See docs/authoring.md.
 
-Importing this package imports torch (as the rest of sglang-moe-plugins does) and nothing heavier.
+Importing this package imports nothing heavy: each public name loads its module (and so torch) on first
+access (PEP 562), so the pytest plugin (``testing/pytest_plugin.py``, loaded by every pytest run of an
+environment with this package) costs nothing until its options are used.
 """
 
-from .adapters import OpConformance, SuiteCase, conformance_for
-from .loading import LoadedPlugin, PluginLoadError, load_plugin
-from .report import CHECKS, CaseFailure, CaseResult, CheckResult, ConformanceFailure, ConformanceReport
-from .suite import SuiteOptions, run_conformance
-from .tolerance import (
-    BF16_INTERMEDIATES,
-    EXACT,
-    STRICT,
-    NumericsResult,
-    Tolerance,
-    ToleranceError,
-    check_against_fp64,
-    compare_with_fp64,
-    find_unwritten,
-    fp64_expected,
-    poison,
-    tolerance_for,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve lazily
+    from .adapters import OpConformance, SuiteCase, conformance_for
+    from .loading import LoadedPlugin, PluginLoadError, load_plugin
+    from .report import CHECKS, CaseFailure, CaseResult, CheckResult, ConformanceFailure, ConformanceReport
+    from .suite import SuiteOptions, run_conformance
+    from .tolerance import (
+        BF16_INTERMEDIATES,
+        EXACT,
+        STRICT,
+        NumericsResult,
+        Tolerance,
+        ToleranceError,
+        check_against_fp64,
+        compare_with_fp64,
+        find_unwritten,
+        fp64_expected,
+        poison,
+        tolerance_for,
+    )
 
 __all__ = [
     "run_conformance",
@@ -57,3 +65,28 @@ __all__ = [
     "compare_with_fp64",
     "check_against_fp64",
 ]
+
+
+#: Public name -> the submodule that defines it (loaded on first access).
+_LAZY = {
+    **dict.fromkeys(("OpConformance", "SuiteCase", "conformance_for"), "adapters"),
+    **dict.fromkeys(("LoadedPlugin", "PluginLoadError", "load_plugin"), "loading"),
+    **dict.fromkeys(("CHECKS", "CaseFailure", "CaseResult", "CheckResult", "ConformanceFailure", "ConformanceReport"), "report"),
+    **dict.fromkeys(("SuiteOptions", "run_conformance"), "suite"),
+    **dict.fromkeys(("BF16_INTERMEDIATES", "EXACT", "STRICT", "NumericsResult", "Tolerance", "ToleranceError",
+                     "check_against_fp64", "compare_with_fp64", "find_unwritten", "fp64_expected", "poison",
+                     "tolerance_for"), "tolerance"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -12,8 +12,9 @@ Installed with sglang-moe-plugins, it does nothing unless asked:
   supports_limit_us, max_catalog_runs; another name fails the test naming the valid ones.
 - The ``moe_conformance`` fixture is a function ``(target, **options) -> ConformanceReport``.
 
-Reports are cached per (target, options) for the session. Loading the plugin imports the
-``sglang_moe_plugins`` package (and so torch) but runs nothing; the suite runs only when requested.
+Reports are cached per (target, options) for the session. Loading the plugin imports only pytest and
+the lazy package roots (``sglang_moe_plugins``, ``sglang_moe_plugins.testing``): no torch, no SGLang.
+The suite's modules, and torch with them, are imported only when a test asks for the suite.
 """
 
 from __future__ import annotations
