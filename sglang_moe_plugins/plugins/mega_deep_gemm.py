@@ -189,6 +189,18 @@ def _host_pre_dispatch(v: Variant, shape: MegaMoEShape, api: DeepGemmApi) -> Sup
     return Support.yes(f"sgl-deep-gemm's {function}")
 
 
+def _e2m1_ties(choice: str, api: DeepGemmApi) -> Support:
+    """Our E2M1 pre-dispatch must round midpoints as the installed release does (bit-exact with its own)."""
+    ties = api.e2m1_ties
+    if ties is None:
+        return Support.no(f"option pre_dispatch={choice!r}: cannot tell how {api.describe()} rounds E2M1 ties "
+                          "(no deep_gemm/utils/math.py _quantize_to_fp4_e2m1 to read); use pre_dispatch='host'")
+    if choice == "torch" and ties != "even":
+        return Support.no(f"option pre_dispatch='torch' rounds E2M1 ties to even; {api.describe()} rounds them toward zero: "
+                          "use pre_dispatch='host' or 'triton'")
+    return Support.yes(f"{choice} pre-dispatch, E2M1 ties {ties.replace('_', ' ')} as {api.describe()}")
+
+
 class MegaDeepGemmPlugin(Plugin):
     """A DeepGEMM MegaMoE plugin; subclasses name their :class:`Variant` (``variant = W4A8``)."""
 
@@ -232,6 +244,9 @@ class MegaDeepGemmPlugin(Plugin):
     def pre_dispatch_reason(self, platform: Platform | None) -> str:
         """E.g. ``host pre-dispatch (auto: triton pre-dispatch verified on sm90 only)``."""
         choice, why = self._pre_dispatch_choice(platform)
+        ties = self.api.e2m1_ties
+        if self.variant.variant == "mxf4xmxf4" and choice != "host" and ties is not None:
+            why += f"; E2M1 ties {ties.replace('_', ' ')}, as the installed release"
         return f"{choice} pre-dispatch ({why})"
 
     def _pre_dispatch(self, shape: MegaMoEShape, config: MegaMoEConfig) -> Support:
@@ -243,6 +258,8 @@ class MegaDeepGemmPlugin(Plugin):
             return Support.no("option pre_dispatch='triton' but triton is not importable")
         if choice == "host":
             return _host_pre_dispatch(self.variant, shape, self.api)
+        if self.variant.variant == "mxf4xmxf4":
+            return _e2m1_ties(choice, self.api)
         return Support.yes(f"{choice} pre-dispatch")
 
     def available(self, platform: Platform) -> Support:
