@@ -92,6 +92,10 @@ class NoopMega(Plugin):
 '''
 
 
+class Experts(types.SimpleNamespace):
+    """SGLang's experts module as the hook sees it: attributes, weakly referenceable like an nn.Module."""
+
+
 def _cpu_time(fn, calls: int = 20000, rounds: int = 5) -> list[float]:
     for _ in range(200):
         fn()
@@ -131,7 +135,7 @@ def cpu_main(args: argparse.Namespace) -> None:
     p = make_problem("sm90_fp8", experts=args.experts, hidden=args.hidden, inter=args.inter, tokens=args.tokens,
                      top_k=args.topk, device="cpu", seed=1, max_tokens_per_rank=max(args.tokens, 64))
     i, shape, config, t = p.inputs, p.shape, p.config, args.tokens
-    experts = types.SimpleNamespace(_mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=False,
+    experts = Experts(_mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=False,
                                     _mega_moe_sm90_fp8_weights=True, num_experts=shape.num_experts, moe_ep_size=1,
                                     mega_l1_weights=i.l1_weights, mega_l2_weights=i.l2_weights)
     kwargs = dict(hidden_size=shape.hidden, intermediate_size=shape.intermediate, top_k=shape.top_k, num_tokens=t,
@@ -144,6 +148,8 @@ def cpu_main(args: argparse.Namespace) -> None:
         return hooked(experts, i.hidden_states, i.topk_ids, i.topk_weights, **kwargs)
 
     y = through()
+    if len(ma._plans) != 1:
+        raise SystemExit(f"the layer's MegaMoE plan was not cached ({len(ma._plans)} plans)")
     chosen = api.get_selector().explain(mm.OP, shape, config).chosen
     if chosen is None or chosen.name != "noop_mega" or tuple(y.shape) != (t, shape.hidden):
         raise SystemExit(f"the hooked call did not run noop_mega: {chosen}, {tuple(y.shape)}")
@@ -219,7 +225,7 @@ def main() -> None:
         return out.y
 
     # (c) the real hook: build_call (planned once per layer), the op bound once per plan, Selector.call
-    experts = types.SimpleNamespace(_mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=False,
+    experts = Experts(_mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=False,
                                     _mega_moe_sm90_fp8_weights=True, num_experts=shape.num_experts, moe_ep_size=1,
                                     mega_l1_weights=inputs.l1_weights, mega_l2_weights=inputs.l2_weights)
     kwargs = dict(hidden_size=shape.hidden, intermediate_size=shape.intermediate, top_k=shape.top_k, num_tokens=t,

@@ -13,6 +13,10 @@ tests/test_deep_gemm_releases.py checks this module against each release's wheel
   ``DG_USE_*`` variable is set (``deep_gemm.mega._check_legacy_fp4_acts_env``): the **mma_type** API.
 - SM90: ``fp8_mega_moe`` from 0.1.4 (0.2.5 adds an optional ``num_tokens_bound``),
   ``mega_moe_pre_dispatch_sm90`` from 0.1.4.post1.
+- E2M1 ties (MXFP4 activations): up to 0.1.7 midpoints round toward zero, in the kernel and in
+  ``deep_gemm.utils.math._quantize_to_fp4_e2m1`` (``ax > boundary`` for every midpoint); from 0.2.0
+  to the even code (``ax >= boundary`` at 0.75, 1.75, 3.5). :attr:`DeepGemmApi.e2m1_ties` is read
+  from that function's comparisons.
 
 This package never sets the ``DG_USE_*`` variables (0.1.7+ refuses them; on older releases they switch
 every MegaMoE layer of the process at once), and the plugins pass only the arguments the installed
@@ -33,12 +37,14 @@ import inspect
 import logging
 import os
 import pathlib
+import textwrap
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Literal, Mapping
 
 __all__ = [
     "Flavour",
+    "E2M1Ties",
     "LEGACY_ENV_VARS",
     "MEGA_FUNCTIONS",
     "DeepGemmApi",
@@ -52,6 +58,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 Flavour = Literal["mma_type", "legacy_env", "no_mega", "absent"]
+E2M1Ties = Literal["even", "toward_zero"]
+_E2M1_FUNCTION = "_quantize_to_fp4_e2m1"
 
 #: Environment variables that sgl-deep-gemm up to 0.1.6 reads and 0.1.7+ refuses.
 LEGACY_ENV_VARS = ("DG_USE_FP4_ACTS", "DG_USE_MXF4_KIND")
@@ -82,6 +90,8 @@ class DeepGemmApi:
     ``"absent"``. ``signatures``: ``(function, parameter names)`` of each :data:`MEGA_FUNCTIONS`
     entry the package exports, in order. ``refuses_legacy_env``: the package raises when a
     :data:`LEGACY_ENV_VARS` variable is set. ``legacy_env``: those set to a non-zero value when detected.
+    ``e2m1_ties``: how the release rounds E2M1 midpoints (``"toward_zero"`` up to 0.1.7, ``"even"``
+    from 0.2.0), read from ``deep_gemm/utils/math.py``; None when it cannot be read.
     """
 
     flavour: Flavour
@@ -90,6 +100,7 @@ class DeepGemmApi:
     refuses_legacy_env: bool = False
     legacy_env: tuple[str, ...] = ()
     origin: str | None = None
+    e2m1_ties: E2M1Ties | None = None
 
     @property
     def present(self) -> bool:
@@ -197,6 +208,20 @@ def _parse(path: pathlib.Path) -> tuple[ast.Module | None, str]:
         return None, ""
 
 
+def _e2m1_ties_of(tree: ast.Module | None) -> E2M1Ties | None:
+    """The tie rule of ``_quantize_to_fp4_e2m1`` in a parsed ``utils/math.py``: a ``>=`` comparison
+    (some midpoints round up) is ties-to-even, ``>`` alone is toward zero; None without the function."""
+    if tree is None:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == _E2M1_FUNCTION:
+            ops = {type(op) for c in ast.walk(node) if isinstance(c, ast.Compare) for op in c.ops}
+            if ast.GtE in ops:
+                return "even"
+            return "toward_zero" if ast.Gt in ops else None
+    return None
+
+
 def _read_version(package_dir: pathlib.Path) -> str | None:
     try:
         return (package_dir / "VERSION").read_text(encoding="utf-8").strip() or None
@@ -238,6 +263,7 @@ def api_from_source_dir(package_dir: str | os.PathLike[str], environ: Mapping[st
         refuses_legacy_env=refuses,
         legacy_env=legacy_env_set(environ),
         origin=str(root),
+        e2m1_ties=_e2m1_ties_of(_parse(root / "utils" / "math.py")[0]),
     )
 
 
@@ -277,6 +303,11 @@ def api_of_module(module: ModuleType | Any, environ: Mapping[str, str] | None = 
             signatures[name] = ()
     mega = getattr(module, "mega", None)
     refuses = callable(getattr(mega, "_check_legacy_fp4_acts_env", None))
+    try:
+        quantize = getattr(getattr(getattr(module, "utils"), "math"), _E2M1_FUNCTION)
+        ties = _e2m1_ties_of(ast.parse(textwrap.dedent(inspect.getsource(quantize))))
+    except Exception:  # noqa: BLE001 - a stand-in without it, or no source: unknown
+        ties = None
     return DeepGemmApi(
         flavour=_flavour(signatures, refuses),
         version=getattr(module, "__version__", None),
@@ -284,6 +315,7 @@ def api_of_module(module: ModuleType | Any, environ: Mapping[str, str] | None = 
         refuses_legacy_env=refuses,
         legacy_env=legacy_env_set(environ),
         origin=getattr(module, "__file__", None),
+        e2m1_ties=ties,
     )
 
 

@@ -33,7 +33,7 @@ API_MMA_TYPE = DeepGemmApi("mma_type", "0.2.3.post2", (
     ("get_block_m_for_mega_moe", ("num_ranks", "num_experts", "num_max_tokens_per_rank", "num_tokens", "num_topk", "mma_type", "global_num_tokens")),
     ("transform_weights_for_mega_moe", ("l1_weights", "l2_weights", "activation", "mma_type")),
     ("transform_weights_for_mega_moe_sm90", ("l1_weights", "l2_weights")),
-), True, ())
+), True, (), e2m1_ties="even")
 #: sgl-deep-gemm 0.1.5.post1 (SGLang 0.5.17's pin, the release that loads on the GPU machine): no shared
 #: experts, FP4 activations only through the DG_USE_* variables (mma_type takes 'fp8xfp4' only).
 API_LEGACY = DeepGemmApi("legacy_env", "0.1.5.post1", (
@@ -44,7 +44,7 @@ API_LEGACY = DeepGemmApi("legacy_env", "0.1.5.post1", (
     ("mega_moe_pre_dispatch_sm90", _PRE + ("routed_scaling_factor",)),
     ("transform_weights_for_mega_moe", ("l1_weights", "l2_weights", "activation")),
     ("transform_weights_for_mega_moe_sm90", ("l1_weights", "l2_weights")),
-), False, ())
+), False, (), e2m1_ties="toward_zero")
 API_ABSENT = DeepGemmApi("absent")
 
 

@@ -159,13 +159,24 @@ def test_unmodelled_calls_go_to_the_original_logged_once_per_kind(runner, caplog
 
 
 # -- collective ops: no per-rank fallback -------------------------------------------------------------
-def _mega_call(runner_module, problem):
-    from types import SimpleNamespace
+class _Experts:
+    """SGLang's experts module as the hook sees it: attributes, weakly referenceable like an nn.Module."""
 
+    def __init__(self, **attributes):
+        self.__dict__.update(attributes)
+
+
+_LAYERS: dict[int, tuple] = {}  # id(problem) -> (problem, its experts object): one layer per problem
+
+
+def _mega_call(runner_module, problem):
     s, c, i = problem.shape, problem.config, problem.inputs
-    experts = SimpleNamespace(
-        _mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=False, _mega_moe_sm90_fp8_weights=False,
-        num_experts=s.num_experts, moe_ep_size=1, mega_l1_weights=i.l1_weights, mega_l2_weights=i.l2_weights)
+    layer = _LAYERS.get(id(problem))
+    if layer is None or layer[0] is not problem:
+        layer = _LAYERS[id(problem)] = (problem, _Experts(
+            _mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=False, _mega_moe_sm90_fp8_weights=False,
+            num_experts=s.num_experts, moe_ep_size=1, mega_l1_weights=i.l1_weights, mega_l2_weights=i.l2_weights))
+    experts = layer[1]
     return runner_module.run_mega_routed_experts(
         experts, i.hidden_states, i.topk_ids, i.topk_weights, hidden_size=s.hidden, intermediate_size=s.intermediate,
         top_k=s.top_k, num_tokens=i.num_tokens, activation_clamp=c.activation_clamp,

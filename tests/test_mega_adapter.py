@@ -22,6 +22,11 @@ def _fresh_adapter():
     ma.reset()
 
 
+class Experts(SimpleNamespace):
+    """A stand-in for SGLang's experts module: attributes, and weakly referenceable as an nn.Module is
+    (the adapter caches plans only for such objects)."""
+
+
 def _experts(problem, **flags) -> SimpleNamespace:
     base = dict(
         _mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=problem.config.variant == "mxf4xmxf4",
@@ -30,7 +35,7 @@ def _experts(problem, **flags) -> SimpleNamespace:
         mega_l1_weights=problem.inputs.l1_weights, mega_l2_weights=problem.inputs.l2_weights,
     )
     base.update(flags)
-    return SimpleNamespace(**base)
+    return Experts(**base)
 
 
 def _kwargs(problem, **over):
@@ -231,3 +236,12 @@ def test_sglangs_hooked_function_runs_the_op(variant: str) -> None:
     with pytest.raises(InvalidArgumentError) as err:
         host.run_mega_routed_experts(experts, i.hidden_states, i.topk_ids[:, :1], i.topk_weights, **_kwargs(problem))
     assert err.value.argument == "topk_ids.shape"
+
+
+def test_experts_that_cannot_be_weakly_referenced_are_planned_every_call() -> None:
+    """A plan never holds its experts object strongly; one it cannot reference weakly is not cached."""
+    problem = make_problem("fp8xfp4", seed=50)
+    experts = SimpleNamespace(**vars(_experts(problem)))  # SimpleNamespace: no weak references
+    first, second = _call(problem, experts), _call(problem, experts)
+    assert first is not None and second is not None and second.plan is not first.plan
+    assert ma._plans == {}

@@ -326,3 +326,18 @@ def test_run_errors_name_the_argument(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(InvalidArgumentError, match="max_tokens_per_rank=4") as err:
         plugin.run(dataclasses.replace(problem.inputs, ep_group=FakeGroup()), outputs, small, config)
     assert err.value.plugin == "mega_w4a8" and err.value.argument == "hidden_states.shape[0]"
+
+
+@pytest.mark.parametrize("cls,variant", [(mdg.MegaW4A4Plugin, "mxf4xmxf4"), (mdg.MegaW4A8Plugin, "fp8xfp4")])
+def test_auto_pre_dispatch_on_sm100_is_the_hosts(monkeypatch: pytest.MonkeyPatch, cls, variant: str) -> None:
+    """Our Triton pre-dispatch has no recorded SM100 run: there ``auto`` runs the host's own, even with triton importable."""
+    monkeypatch.setattr(mdg, "triton_available", lambda: True)
+    rec = Recorder(monkeypatch)
+    jit = []
+    if variant == "fp8xfp4":  # SGLang's JIT kernel: recorded, not run (no CUDA here)
+        import sglang.kernels.ops.moe.dsv4 as dsv4
+
+        monkeypatch.setattr(dsv4, "mega_moe_pre_dispatch", lambda *a, **k: jit.append(k))
+    problem = make_problem(variant, seed=24)
+    _run(cls(API_MMA_TYPE), problem, Platform.cuda(10, 0), pre_dispatch="auto")
+    assert len(rec.named("mega_moe_pre_dispatch")) + len(jit) == 1

@@ -30,9 +30,16 @@ included. Otherwise it returns a :class:`MegaCall`: ``inputs``/``shape``/``confi
 
 **Bound once per layer.** What depends only on the layer and its call flags (validation of the
 weights, shape, config, the process group) is computed the first time and kept in a :class:`MegaPlan`,
-keyed by a cheap tuple of the raw arguments (the experts object, the flags, dtypes, devices; never
-the token count); a hit checks the weights are still the same objects and the token count's
-consequences (``topk`` shapes, the cap), and builds the inputs. The cache holds at most
+keyed by a cheap tuple of the raw arguments: the experts object's ``id()``, every flag that decides
+whether the call is modelled (``routing_in_buffer``, ``experts._mega_moe_nvfp4``,
+``experts._mega_moe_weights_built``), the other keyword arguments, dtypes, devices; never the token
+count. A plan holds no strong reference to the experts object or to any weight tensor: it keeps
+weak references, and a hit checks that the experts object is the very one planned (so an object
+that reuses a freed one's ``id()`` is planned afresh), that ``mega_l1_weights`` / ``mega_l2_weights``
+and the shared weights are still the same tensors, and the token count's consequences (``topk``
+shapes, the cap), then builds the inputs. When an experts object is freed its plans leave the cache
+(a weak-reference callback), so a dropped layer's weights are freed with it. Experts objects that
+cannot be weakly referenced are planned on every call (never cached). The cache holds at most
 :data:`MAX_PLANS` plans (then it is cleared, with one warning). SGLang's settings (the token cap, the
 AMD path, the process group's accessor) are read once per process, at the first call (:func:`reset`
 forgets them). Reads only metadata (no device sync): safe under CUDA graph capture, and every rank
@@ -44,10 +51,12 @@ The variant comes from the weights the host built: ``experts._mega_moe_sm90_fp8_
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import os
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,22 +170,72 @@ def reset() -> None:
         _logged.clear()
 
 
+_Refs = tuple  # a tuple of weakref.ref to tensors
+
+
+def _refs(weights: Any) -> "_Refs | None":
+    """Weak references to the tensors of a weight pair (None for None). TypeError when an element cannot
+    be weakly referenced."""
+    return None if weights is None else tuple(weakref.ref(t) for t in weights)
+
+
+def _deref(refs: "_Refs | None") -> tuple[torch.Tensor, ...] | None:
+    if refs is None:
+        return None
+    if len(refs) == 2:  # (data, scales): every MegaMoE weight; the hot path
+        return (refs[0](), refs[1]())
+    return tuple(r() for r in refs)
+
+
+def _same(weights: Any, refs: "_Refs | None") -> bool:
+    """``weights`` holds exactly the (live) tensors ``refs`` point to."""
+    if refs is None:
+        return weights is None
+    if weights is None or len(weights) != len(refs):
+        return False
+    if len(refs) == 2:
+        return weights[0] is refs[0]() and weights[1] is refs[1]()
+    return all(tensor is ref() for tensor, ref in zip(weights, refs))
+
+
 @dataclass(frozen=True, eq=False)
 class MegaPlan:
-    """What every call of one layer with the same flags shares, computed once."""
+    """What every call of one layer with the same flags shares, computed once.
+
+    It holds the experts object and the weight tensors by weak reference only; ``l1_weights`` ..
+    ``shared_l2_weights`` read them back (None in a slot whose tensor was freed)."""
 
     shape: mm.MegaMoEShape
     config: mm.MegaMoEConfig
-    l1_weights: tuple[torch.Tensor, torch.Tensor] = field(repr=False)
-    l2_weights: tuple[torch.Tensor, torch.Tensor] = field(repr=False)
-    shared_l1_weights: tuple[torch.Tensor, torch.Tensor] | None = field(repr=False)
-    shared_l2_weights: tuple[torch.Tensor, torch.Tensor] | None = field(repr=False)
+    _l1: _Refs = field(repr=False)
+    _l2: _Refs = field(repr=False)
+    _shared_l1: "_Refs | None" = field(repr=False)
+    _shared_l2: "_Refs | None" = field(repr=False)
     ep_group: Any
-    #: The objects ``experts.mega_l1_weights`` / ``mega_l2_weights`` were (a hit checks identity).
-    sources: tuple[Any, Any] = field(repr=False)
+    #: ``id()`` of the containers ``experts.mega_l1_weights`` / ``mega_l2_weights`` were (a hit also
+    #: checks every tensor in them by identity, so a reused id never brings other tensors).
+    sources: tuple[int, int] = field(repr=False)
     device: torch.device
+    #: A weak reference to the experts object the plan was made for (a hit checks it is that object).
+    experts: Any = field(default=None, repr=False)
     #: Free for the hook (e.g. its bound op), so that a hit hashes no shape or config.
     cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def l1_weights(self) -> tuple[torch.Tensor, ...]:
+        return _deref(self._l1)  # type: ignore[return-value]
+
+    @property
+    def l2_weights(self) -> tuple[torch.Tensor, ...]:
+        return _deref(self._l2)  # type: ignore[return-value]
+
+    @property
+    def shared_l1_weights(self) -> tuple[torch.Tensor, ...] | None:
+        return _deref(self._shared_l1)
+
+    @property
+    def shared_l2_weights(self) -> tuple[torch.Tensor, ...] | None:
+        return _deref(self._shared_l2)
 
 
 @dataclass(frozen=True, eq=False)
@@ -268,26 +327,43 @@ def _plan(experts: Any, hidden_states: torch.Tensor, topk_ids: Any, topk_weights
     )
     s1, s2 = kwargs.get("shared_l1_weights"), kwargs.get("shared_l2_weights")
     return MegaPlan(
-        shape, config, tuple(l1), tuple(l2), None if s1 is None else tuple(s1), None if s2 is None else tuple(s2),
-        _ep_group(), (l1, l2), hidden_states.device,
+        shape, config, _refs(l1), _refs(l2), _refs(s1), _refs(s2),  # type: ignore[arg-type]
+        _ep_group(), (id(l1), id(l2)), hidden_states.device,
     )
 
 
 def _key(experts: Any, hidden_states: torch.Tensor, topk_ids: Any, topk_weights: Any, kwargs: dict[str, Any]) -> tuple:
+    """Everything a plan depends on that a dict lookup can compare; the identities it cannot (the experts
+    object, the weight tensors) are checked by :func:`_fits`. The flags that decide delegation
+    (``routing_in_buffer``, NVFP4, weights built) are part of it: a call that must go to SGLang never
+    finds a plan."""
     get = kwargs.get
     return (
         id(experts), tuple(kwargs), kwargs["hidden_size"], kwargs["intermediate_size"], kwargs["top_k"],
         get("activation_clamp"), get("routed_scaling_factor", 1.0), get("activation", "swiglu"),
         get("num_shared_experts", 0), id(get("shared_l1_weights")), id(get("shared_l2_weights")),
+        get("routing_in_buffer", False),
+        getattr(experts, "_mega_moe_nvfp4", False), getattr(experts, "_mega_moe_weights_built", False),
         hidden_states.dtype, hidden_states.device,
         None if topk_ids is None else topk_ids.dtype, None if topk_weights is None else topk_weights.dtype,
     )
 
 
-def _fits(plan: MegaPlan, experts: Any, hidden_states: torch.Tensor, topk_ids: Any, topk_weights: Any, num_tokens: Any) -> bool:
-    """The batch-dependent checks of ``describe`` on a plan hit (False: re-validate in full)."""
-    if experts.mega_l1_weights is not plan.sources[0] or experts.mega_l2_weights is not plan.sources[1]:
+def _fits(plan: MegaPlan, experts: Any, hidden_states: torch.Tensor, topk_ids: Any, topk_weights: Any,
+          kwargs: dict[str, Any]) -> bool:
+    """On a plan hit: the same experts object and weight tensors, and the batch-dependent checks of
+    ``describe`` (False: re-validate in full)."""
+    ref = plan.experts
+    if ref is None or ref() is not experts:
         return False
+    l1, l2 = experts.mega_l1_weights, experts.mega_l2_weights
+    sources = plan.sources
+    if id(l1) != sources[0] or id(l2) != sources[1] or not _same(l1, plan._l1) or not _same(l2, plan._l2):
+        return False
+    if plan._shared_l1 is not None or plan._shared_l2 is not None:
+        if not _same(kwargs.get("shared_l1_weights"), plan._shared_l1) or not _same(kwargs.get("shared_l2_weights"), plan._shared_l2):
+            return False
+    num_tokens = kwargs.get("num_tokens")
     shape = plan.shape
     size = hidden_states.shape
     if len(size) != 2 or size[1] != shape.hidden:
@@ -321,9 +397,9 @@ def plan_for(
     except (KeyError, AttributeError, TypeError):
         key = None
     plan = _plans.get(key) if key is not None else None
-    num_tokens = kwargs.get("num_tokens")
-    if plan is not None and _fits(plan, experts, hidden_states, topk_ids, topk_weights, num_tokens):
+    if plan is not None and _fits(plan, experts, hidden_states, topk_ids, topk_weights, kwargs):
         return plan
+    num_tokens = kwargs.get("num_tokens")
     why = _unmodelled(experts, kwargs, settings)
     if why is not None:
         _log_once(f"unmodelled:{why}", logging.INFO, "sglang-moe-plugins: MegaMoE call left to SGLang: %s", why)
@@ -336,24 +412,48 @@ def plan_for(
         _log_once(f"attribute:{exc}", logging.WARNING, "sglang-moe-plugins: MegaMoE call left to SGLang: experts lack %s", exc)
         return None
     if key is not None:
-        with _lock:
-            if len(_plans) >= MAX_PLANS:
-                _plans.clear()
-                full = True
-            else:
-                full = False
-            _plans[key] = plan
-        if full:
-            _log_once("plans-full", logging.WARNING,
-                      "sglang-moe-plugins: more than %d MegaMoE layer plans; cache cleared (ever-changing arguments?)", MAX_PLANS)
+        plan = _remember(key, plan, experts)
+    return plan
+
+
+def _forget(key: tuple, ref: Any) -> None:
+    """Weak-reference callback: the experts object of ``key``'s plan was freed. No lock (a callback may run
+    inside a garbage collection that interrupted a thread holding it); dict operations are atomic."""
+    plan = _plans.get(key)
+    if plan is not None and plan.experts is ref:
+        _plans.pop(key, None)
+
+
+def _remember(key: tuple, plan: MegaPlan, experts: Any) -> MegaPlan:
+    """``plan`` tied to ``experts`` by a weak reference, in the cache (as it is when ``experts`` cannot be
+    weakly referenced: then it is not cached)."""
+    try:
+        ref = weakref.ref(experts, lambda r, key=key: _forget(key, r))
+    except TypeError:
+        _log_once(f"weakref-experts:{type(experts).__qualname__}", logging.INFO,
+                  "sglang-moe-plugins: %s objects cannot be weakly referenced; their MegaMoE plans are not cached",
+                  type(experts).__qualname__)
+        return plan
+    plan = dataclasses.replace(plan, experts=ref)
+    with _lock:
+        if len(_plans) >= MAX_PLANS:
+            _plans.clear()
+            full = True
+        else:
+            full = False
+        _plans[key] = plan
+    if full:
+        _log_once("plans-full", logging.WARNING,
+                  "sglang-moe-plugins: more than %d MegaMoE layer plans; cache cleared (ever-changing arguments?)", MAX_PLANS)
     return plan
 
 
 def inputs_for(plan: MegaPlan, hidden_states: torch.Tensor, topk_ids: Any, topk_weights: Any) -> mm.MegaMoEInputs:
     """The op's inputs of one call of ``plan``'s layer."""
+    l1, l2, s1, s2 = plan._l1, plan._l2, plan._shared_l1, plan._shared_l2
     return mm.MegaMoEInputs(
-        hidden_states, topk_ids, topk_weights, plan.l1_weights, plan.l2_weights,
-        plan.shared_l1_weights, plan.shared_l2_weights, plan.ep_group,
+        hidden_states, topk_ids, topk_weights, _deref(l1), _deref(l2),  # type: ignore[arg-type]
+        None if s1 is None else _deref(s1), None if s2 is None else _deref(s2), plan.ep_group,
     )
 
 

@@ -238,6 +238,8 @@ def _pre_dispatch(variant: Any, api: DeepGemmApi, choice: str, deep_gemm: Any, c
         # one prepared launcher per symmetric buffer and shared-expert block size (the buffer's
         # tensors and the block size are fixed in it); the buffer object is kept to check identity
         launchers: dict[tuple[int, int], tuple[Any, Callable[..., None]]] = {}
+        # E2M1 midpoints as the installed release rounds them (supports() declined an unknown rule)
+        ties = {"e2m1_ties": api.e2m1_ties} if name == "mxf4xmxf4" and api.e2m1_ties not in (None, "even") else {}
         launchers_lock = threading.Lock()
 
         def launcher(buf: Any, block_m: int, shared: bool) -> Callable[..., None]:
@@ -248,6 +250,7 @@ def _pre_dispatch(variant: Any, api: DeepGemmApi, choice: str, deep_gemm: Any, c
                     entry = launchers[key] = (buf, prepare_pre_dispatch(
                         buf.x, buf.x_sf, buf.topk_idx, buf.topk_weights, variant=name, routed_scaling_factor=rsf,
                         shared_x_sf=buf.shared_l1_acts_sf if shared else None, shared_block_m=block_m if shared else 0,
+                        **ties,
                     ))
             return entry[1]
 

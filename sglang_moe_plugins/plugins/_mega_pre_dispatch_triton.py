@@ -7,6 +7,10 @@ fills rows ``[T, P)`` with ``(-1, 0)``, and optionally writes the fused shared e
 copy, bit for bit as :func:`sglang_moe_plugins.ops.mega_moe_numerics.pre_dispatch_reference`
 (which matches SGLang's JIT kernel for FP8 and sgl-deep-gemm's kernels and torch references).
 
+E2M1 midpoints (``mxf4xmxf4``) round as ``e2m1_ties`` says: ``"even"`` (sgl-deep-gemm 0.2.0+ and the
+reference) or ``"toward_zero"`` (sgl-deep-gemm up to 0.1.7, kernel and ``per_token_cast_to_fp4``
+alike); the plugin passes the installed release's (:attr:`~sglang_moe_plugins.deep_gemm_api.DeepGemmApi.e2m1_ties`).
+
 Scheduling: a 1-D grid; programs ``[0, n_quant)`` each take ``BT`` tokens x ``BC`` columns (whole
 scale groups) and, in the first column block, the tokens' top-k rows; the remaining programs fill
 the padding rows. Divisions that decide a scale use IEEE rounding (``div_rn``), as the references do.
@@ -34,11 +38,14 @@ from ._triton_launch import (
     triton_has_pdl,
 )
 
-__all__ = ["PreDispatchTiling", "choose_tiling", "pre_dispatch", "prepare_pre_dispatch", "PreDispatchLauncher", "FORMAT_CODES"]
+__all__ = ["PreDispatchTiling", "choose_tiling", "pre_dispatch", "prepare_pre_dispatch", "PreDispatchLauncher", "FORMAT_CODES",
+           "E2M1_TIES"]
 
 #: variant -> (format code used by the kernel, group size, absmax floor)
 FORMAT_CODES = {"fp8xfp4": (0, 32, 1e-10), "mxf4xmxf4": (1, 32, 1e-4), "sm90_fp8": (2, 128, 1e-10)}
 _PAD_BLOCK = 1024
+#: How E2M1 midpoints may round: to the even code, or toward zero (to the smaller magnitude).
+E2M1_TIES = ("even", "toward_zero")
 logger = logging.getLogger(__name__)
 
 
@@ -105,6 +112,7 @@ def _kernel() -> Any:
         FMT: tl.constexpr, GS: tl.constexpr, FLOOR: tl.constexpr,
         BT: tl.constexpr, BC: tl.constexpr, PAD: tl.constexpr,
         WRITE_SHARED: tl.constexpr, COPY_TOPK: tl.constexpr, PDL: tl.constexpr, EVICT_FIRST: tl.constexpr,
+        TIES_EVEN: tl.constexpr = True,
     ):
         pid = tl.program_id(0)
         if PDL:  # wait for the producer grid (a no-op without programmatic dependent launch)
@@ -153,14 +161,18 @@ def _kernel() -> Any:
                     tl.store(ssf_bytes + soff, ebytes, mask=gmask)
             y = xg * inv[:, :, None]
             if FMT == 1:
-                # E2M1 round-to-nearest-even (= sgl-deep-gemm's bucketize) without a compare chain: below 1
+                # E2M1 round-to-nearest (= sgl-deep-gemm's bucketize) without a compare chain: below 1
                 # add 1.0 so that the 0.5 quantum becomes mantissa bit 22, round fp32 bits to one mantissa
                 # bit, read the code off exponent and that bit. Exact for bf16 inputs scaled by 2^-e (no bits
                 # below 2^-23 near a midpoint). |y| is clamped to 6 (saturation, as bucketize's last bin).
+                # Ties: + half - 1 rounds them toward zero; + the kept bit on top rounds them to even.
                 q = tl.minimum(tl.abs(y), 6.0)
                 small = q < 1.0
                 qb = tl.where(small, q + 1.0, q).to(tl.int32, bitcast=True)
-                r = qb + 0x1FFFFF + ((qb >> 22) & 1)
+                if TIES_EVEN:
+                    r = qb + 0x1FFFFF + ((qb >> 22) & 1)
+                else:
+                    r = qb + 0x1FFFFF
                 c = (r >> 22) - tl.where(small, 254, 252)
                 sign8 = (y.to(tl.int32, bitcast=True) >> 28) & 8  # bit 31 of y moved to bit 3
                 c = c | ((c + 7) & sign8)  # the sign only on non-zero codes
@@ -211,7 +223,7 @@ def _arguments(
     x: Any, topk_ids: Any, topk_weights: Any, strides: tuple[int, int, int], num_tokens: int, hidden: int,
     buf_x: torch.Tensor, buf_x_sf: torch.Tensor, buf_topk_idx: torch.Tensor, buf_topk_weights: torch.Tensor, *,
     variant: str, routed_scaling_factor: float, shared_x_sf: torch.Tensor | None, shared_block_m: int,
-    tiling: PreDispatchTiling | None, use_pdl: bool,
+    tiling: PreDispatchTiling | None, use_pdl: bool, e2m1_ties: str = "even",
 ) -> tuple[tuple[int], tuple, dict[str, Any]] | None:
     """``(grid, arguments, keyword arguments)`` of the launch, or None when the grid is empty.
     ``x`` / ``topk_ids`` / ``topk_weights``: tensors, or dtypes (compiled as aligned pointers)."""
@@ -241,7 +253,7 @@ def _arguments(
     kwargs: dict[str, Any] = dict(
         K=top_k, KP=next_pow2(top_k), FMT=fmt, GS=group_size, FLOOR=floor, BT=tiling.block_tokens,
         BC=tiling.block_cols, PAD=_PAD_BLOCK, WRITE_SHARED=write_shared, COPY_TOPK=True, PDL=use_pdl,
-        EVICT_FIRST=tiling.evict_first, num_warps=tiling.num_warps,
+        EVICT_FIRST=tiling.evict_first, TIES_EVEN=e2m1_ties == "even", num_warps=tiling.num_warps,
     )
     if use_pdl and triton_has_pdl():  # an explicit pdl=True on an older Triton: in-kernel wait only
         kwargs["launch_pdl"] = True
@@ -263,6 +275,7 @@ def pre_dispatch(
     shared_block_m: int = 0,
     tiling: PreDispatchTiling | None = None,
     pdl: bool | None = None,
+    e2m1_ties: str = "even",
 ) -> None:
     """Launch the pre-dispatch for ``variant`` (``fp8xfp4`` | ``mxf4xmxf4`` | ``sm90_fp8``) through
     Triton's JIT dispatch, deciding everything again on each call (:func:`prepare_pre_dispatch`
@@ -274,7 +287,9 @@ def pre_dispatch(
     column stride; ``topk_ids`` integer and ``topk_weights`` floating ``[T, K]`` (None if T == 0).
     ``pdl``: launch with programmatic dependent launch (default: on sm90+ when Triton supports it; the
     kernel waits for the previous grid before touching memory, as SGLang's JIT kernel does).
+    ``e2m1_ties``: how E2M1 midpoints round (:data:`E2M1_TIES`; ``mxf4xmxf4`` only).
     """
+    _check_ties(e2m1_ties)
     fmt = FORMAT_CODES[variant][0]
     _check_buffers(buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights, fmt, shared_x_sf)
     num_tokens, hidden = x.shape
@@ -284,7 +299,7 @@ def pre_dispatch(
     plan = _arguments(x, topk_ids, topk_weights, (x.stride(0), topk_ids.stride(0), topk_weights.stride(0)),
                       num_tokens, hidden, buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights, variant=variant,
                       routed_scaling_factor=routed_scaling_factor, shared_x_sf=shared_x_sf,
-                      shared_block_m=shared_block_m, tiling=tiling, use_pdl=use_pdl)
+                      shared_block_m=shared_block_m, tiling=tiling, use_pdl=use_pdl, e2m1_ties=e2m1_ties)
     if plan is not None:
         grid, args, kwargs = plan
         _kernel()[grid](*args, **kwargs)
@@ -301,13 +316,14 @@ class PreDispatchLauncher:
     def __init__(self, buf_x: torch.Tensor, buf_x_sf: torch.Tensor, buf_topk_idx: torch.Tensor,
                  buf_topk_weights: torch.Tensor, *, variant: str, routed_scaling_factor: float = 1.0,
                  shared_x_sf: torch.Tensor | None = None, shared_block_m: int = 0, pdl: bool | None = None,
-                 max_plans: int = 1024) -> None:
+                 max_plans: int = 1024, e2m1_ties: str = "even") -> None:
+        _check_ties(e2m1_ties)
         if variant not in FORMAT_CODES:
             raise ValueError(f"variant={variant!r} is not one of {tuple(FORMAT_CODES)}")
         _check_buffers(buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights, FORMAT_CODES[variant][0], shared_x_sf)
         self.buffers = (buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights)
         self.options = dict(variant=variant, routed_scaling_factor=float(routed_scaling_factor),
-                            shared_x_sf=shared_x_sf, shared_block_m=int(shared_block_m))
+                            shared_x_sf=shared_x_sf, shared_block_m=int(shared_block_m), e2m1_ties=e2m1_ties)
         self.pdl = pdl
         self.max_plans = int(max_plans)
         self._plans: dict[tuple, Any] = {}
@@ -392,13 +408,19 @@ def prepare_pre_dispatch(
     shared_x_sf: torch.Tensor | None = None,
     shared_block_m: int = 0,
     pdl: bool | None = None,
+    e2m1_ties: str = "even",
 ) -> PreDispatchLauncher:
     """A launcher ``(x, topk_ids, topk_weights) -> None`` that writes what :func:`pre_dispatch` writes
     into these buffers, bit for bit, with the per-call host work of a direct kernel launch. Build it
     once per symmetric buffer (the buffer tensors are kept alive by it)."""
     return PreDispatchLauncher(buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights, variant=variant,
                                routed_scaling_factor=routed_scaling_factor, shared_x_sf=shared_x_sf,
-                               shared_block_m=shared_block_m, pdl=pdl)
+                               shared_block_m=shared_block_m, pdl=pdl, e2m1_ties=e2m1_ties)
+
+
+def _check_ties(e2m1_ties: str) -> None:
+    if e2m1_ties not in E2M1_TIES:
+        raise ValueError(f"e2m1_ties={e2m1_ties!r} is not one of {E2M1_TIES}")
 
 
 def _pointer(arg: Any) -> Any:

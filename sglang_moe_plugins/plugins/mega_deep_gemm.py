@@ -12,7 +12,9 @@ for its variant, with only the arguments the installed sgl-deep-gemm release tak
    activation)``, cached here;
 2. the pre-dispatch into ``buf.x``/``buf.x_sf``/``buf.topk_idx``/``buf.topk_weights`` (option
    ``pre_dispatch``: ``"triton"`` this project's kernel, ``"host"`` the kernel SGLang uses for the
-   variant, ``"torch"`` the reference, ``"auto"`` = triton when importable, else host);
+   variant, ``"torch"`` the reference, ``"auto"`` = triton on the GPU architectures where it has a
+   recorded GPU run (:data:`TRITON_PRE_DISPATCH_VERIFIED`: sm90) when triton is importable, else host;
+   on SM100 ``auto`` is SGLang's / sgl-deep-gemm's own pre-dispatch);
 3. the variant's entry point (``fp8_fp4_mega_moe`` on SM100, ``fp8_mega_moe`` on SM90), inside
    SGLang's SM reservation on SM100 (entered once per call).
 
@@ -42,6 +44,7 @@ __all__ = [
     "W4A4",
     "SM90_FP8",
     "PRE_DISPATCH_CHOICES",
+    "TRITON_PRE_DISPATCH_VERIFIED",
     "MegaDeepGemmPlugin",
     "MegaW4A8Plugin",
     "MegaW4A4Plugin",
@@ -49,6 +52,9 @@ __all__ = [
 ]
 
 PRE_DISPATCH_CHOICES = ("auto", "triton", "host", "torch")
+#: SM numbers on which this project's Triton pre-dispatch has a recorded GPU run (bit-exact against the
+#: host's kernels, tests/gpu): ``pre_dispatch="auto"`` picks it there only, the host's own elsewhere.
+TRITON_PRE_DISPATCH_VERIFIED = frozenset({90})
 
 
 @dataclass(frozen=True)
@@ -183,6 +189,18 @@ def _host_pre_dispatch(v: Variant, shape: MegaMoEShape, api: DeepGemmApi) -> Sup
     return Support.yes(f"sgl-deep-gemm's {function}")
 
 
+def _e2m1_ties(choice: str, api: DeepGemmApi) -> Support:
+    """Our E2M1 pre-dispatch must round midpoints as the installed release does (bit-exact with its own)."""
+    ties = api.e2m1_ties
+    if ties is None:
+        return Support.no(f"option pre_dispatch={choice!r}: cannot tell how {api.describe()} rounds E2M1 ties "
+                          "(no deep_gemm/utils/math.py _quantize_to_fp4_e2m1 to read); use pre_dispatch='host'")
+    if choice == "torch" and ties != "even":
+        return Support.no(f"option pre_dispatch='torch' rounds E2M1 ties to even; {api.describe()} rounds them toward zero: "
+                          "use pre_dispatch='host' or 'triton'")
+    return Support.yes(f"{choice} pre-dispatch, E2M1 ties {ties.replace('_', ' ')} as {api.describe()}")
+
+
 class MegaDeepGemmPlugin(Plugin):
     """A DeepGEMM MegaMoE plugin; subclasses name their :class:`Variant` (``variant = W4A8``)."""
 
@@ -213,21 +231,41 @@ class MegaDeepGemmPlugin(Plugin):
             raise OptionValueError("pre_dispatch", choice, f"one of {PRE_DISPATCH_CHOICES}")
 
     # -- selection ---------------------------------------------------------------------------------
-    def pre_dispatch_choice(self) -> str:
-        choice = str(self.options.get("pre_dispatch", "auto"))
-        if choice == "auto":
-            return "triton" if triton_available() else "host"
-        return choice
+    def pre_dispatch_choice(self, platform: Platform | None = None) -> str:
+        """The pre-dispatch a call on ``platform`` runs (``auto`` resolved; None: an unknown platform)."""
+        return self._pre_dispatch_choice(platform)[0]
 
-    def _pre_dispatch(self, shape: MegaMoEShape) -> Support:
+    def _pre_dispatch_choice(self, platform: Platform | None) -> tuple[str, str]:
+        """``(choice, why)``: ``auto`` is triton only where it has a recorded GPU run and triton imports."""
+        choice = str(self.options.get("pre_dispatch", "auto"))
+        if choice != "auto":
+            return choice, f"option pre_dispatch={choice!r}"
+        verified = "/".join(f"sm{sm}" for sm in sorted(TRITON_PRE_DISPATCH_VERIFIED))
+        if platform is None or platform.sm not in TRITON_PRE_DISPATCH_VERIFIED:
+            return "host", f"auto: triton pre-dispatch verified on {verified} only"
+        if not triton_available():
+            return "host", "auto: triton is not importable"
+        return "triton", f"auto: triton pre-dispatch verified on {platform.describe().removeprefix('cuda ')}"
+
+    def pre_dispatch_reason(self, platform: Platform | None) -> str:
+        """E.g. ``host pre-dispatch (auto: triton pre-dispatch verified on sm90 only)``."""
+        choice, why = self._pre_dispatch_choice(platform)
+        ties = self.api.e2m1_ties
+        if self.variant.variant == "mxf4xmxf4" and choice != "host" and ties is not None:
+            why += f"; E2M1 ties {ties.replace('_', ' ')}, as the installed release"
+        return f"{choice} pre-dispatch ({why})"
+
+    def _pre_dispatch(self, shape: MegaMoEShape, config: MegaMoEConfig) -> Support:
         choice = str(self.options.get("pre_dispatch", "auto"))
         if choice not in PRE_DISPATCH_CHOICES:
             return Support.no(f"option pre_dispatch={choice!r} is not one of {PRE_DISPATCH_CHOICES}")
-        choice = self.pre_dispatch_choice()
+        choice = self.pre_dispatch_choice(config.platform)
         if choice == "triton" and not triton_available():
             return Support.no("option pre_dispatch='triton' but triton is not importable")
         if choice == "host":
             return _host_pre_dispatch(self.variant, shape, self.api)
+        if self.variant.variant == "mxf4xmxf4":
+            return _e2m1_ties(choice, self.api)
         return Support.yes(f"{choice} pre-dispatch")
 
     def available(self, platform: Platform) -> Support:
@@ -241,8 +279,8 @@ class MegaDeepGemmPlugin(Plugin):
             _weights(v, config),
             _api(v, api),
             _shapes(v, shape, api),
-            self._pre_dispatch(shape),
-            ok_reason=f"DeepGEMM {v.label} MegaMoE on {config.platform}, {api.describe()}, {self.pre_dispatch_choice()} pre-dispatch",
+            self._pre_dispatch(shape, config),
+            ok_reason=f"DeepGEMM {v.label} MegaMoE on {config.platform}, {api.describe()}, {self.pre_dispatch_reason(config.platform)}",
         )
 
     # -- running -----------------------------------------------------------------------------------
@@ -254,7 +292,7 @@ class MegaDeepGemmPlugin(Plugin):
 
         One closure per ``(shape, config, pre_dispatch)`` and plugin instance: ``run``, a bound op and a
         caller of ``prepare`` share it (one prepared pre-dispatch launcher per buffer, not one per caller)."""
-        key = (shape, config, self.pre_dispatch_choice())  # options may be replaced after creation
+        key = (shape, config, self.pre_dispatch_choice(config.platform))  # options may be replaced after creation
         launch = self._prepared.get(key)
         if launch is None:
             with self._lock:
