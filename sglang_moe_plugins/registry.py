@@ -186,7 +186,7 @@ def _merge_options(record_name: str, defaults: Mapping[str, Any], user: Mapping[
 
 
 def _reserved_name(info: EntryPointInfo, builtins: Mapping[str, EntryPointInfo]) -> LoadProblem:
-    owner = builtins[info.name].dist_label if info.name in builtins else BUILTIN_DISTRIBUTION
+    owner = builtins[info.name].dist_label if info.name in builtins and builtins[info.name].distribution else BUILTIN_DISTRIBUTION
     return LoadProblem(
         info.name, info.value, info.distribution,
         f"refused: {info.name!r} is the name of a built-in plugin of {owner}, and built-in names are reserved "
