@@ -275,12 +275,12 @@ class Registry:
         loaded: list[tuple[Any, EntryPointInfo | None, str | None]] = []
         not_loaded: list[NotLoaded] = []
         for info in infos:
-            if not info.builtin and info.name in reserved:
-                problems.append(_reserved_name(info, builtins))
-                continue
             reason = admission(info, config)
             if reason is not None:  # never imported: its module's import-time code does not run
                 not_loaded.append(NotLoaded(info.name, info.value, info.distribution, info.version, reason))
+                continue
+            if not info.builtin and info.name in reserved:  # refused before it is imported
+                problems.append(_reserved_name(info, builtins))
                 continue
             try:
                 factory = info.entry_point.load()
