@@ -7,11 +7,14 @@ through (:func:`admission`).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
 
 from .config import ALLOW_ENV, UserConfig
+from .errors import ConfigError
 
 try:  # Python 3.12+ has the selectable entry_points API in the stdlib.
     from importlib.metadata import EntryPoint, distributions, entry_points
@@ -28,6 +31,8 @@ __all__ = [
     "installed_entry_points",
     "admission",
     "builtins_first",
+    "config_for_check",
+    "check_absent_references",
 ]
 
 #: The distribution whose entry points are the built-in plugins.
@@ -151,3 +156,34 @@ def builtins_first(infos: Iterable[EntryPointInfo]) -> list[EntryPointInfo]:
     """Built-ins first (so their names are taken before any third party's), otherwise in discovery order."""
     infos = list(infos)
     return [i for i in infos if i.builtin] + [i for i in infos if not i.builtin]
+
+
+def config_for_check(config: UserConfig, absent: set[str]) -> UserConfig:
+    """``config`` less the ``priority``, ``options`` and ``priority_rules`` entries of plugins that are
+    installed but not loaded (disabled, not allowed, broken): those entries are ignored, not errors."""
+    if not absent:
+        return config
+    rules = []
+    for rule in config.priority_rules:
+        kept = tuple((n, p) for n, p in rule.priority if n not in absent)
+        if kept:
+            rules.append(dataclasses.replace(rule, priority=kept))
+    return dataclasses.replace(
+        config,
+        priority=MappingProxyType({k: v for k, v in config.priority.items() if k not in absent}),
+        options=MappingProxyType({k: v for k, v in config.options.items() if k not in absent}),
+        priority_rules=tuple(rules),
+    )
+
+
+def check_absent_references(config: UserConfig, not_loaded: Mapping[str, NotLoaded], broken: Mapping[str, Any]) -> None:
+    """``force`` of a plugin that is not loaded, or ``enable`` of one outside ``allow``, cannot be honoured."""
+    where = f" in {config.source}" if config.source else ""
+    for op, name in sorted(config.force.items()):
+        if name in not_loaded:
+            raise ConfigError(f"force.{op} = {name!r}{where}, but plugin {name!r} is not loaded: {not_loaded[name].reason}")
+        if name in broken:
+            raise ConfigError(f"force.{op} = {name!r}{where}, but plugin {name!r} could not be loaded: {broken[name].error}")
+    for name in sorted(config.enable):
+        if name in not_loaded and name not in config.disable:
+            raise ConfigError(f"enable names plugin {name!r}{where}, which is {not_loaded[name].reason}")

@@ -14,7 +14,6 @@ name must equal its plugin's ``name`` (``disable`` and ``allow`` match entry-poi
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 from dataclasses import dataclass
@@ -28,6 +27,8 @@ from ._discovery import (
     EntryPointInfo,
     NotLoaded,
     admission,
+    check_absent_references,
+    config_for_check,
     builtins_first,
     describe_entry_point,
     installed_entry_points,
@@ -195,37 +196,6 @@ def _reserved_name(info: EntryPointInfo, builtins: Mapping[str, EntryPointInfo])
     )
 
 
-def _config_for_check(config: UserConfig, absent: set[str]) -> UserConfig:
-    """``config`` less the ``priority``, ``options`` and ``priority_rules`` entries of plugins that are
-    installed but not loaded (disabled, not allowed, broken): those entries are ignored, not errors."""
-    if not absent:
-        return config
-    rules = []
-    for rule in config.priority_rules:
-        kept = tuple((n, p) for n, p in rule.priority if n not in absent)
-        if kept:
-            rules.append(dataclasses.replace(rule, priority=kept))
-    return dataclasses.replace(
-        config,
-        priority=MappingProxyType({k: v for k, v in config.priority.items() if k not in absent}),
-        options=MappingProxyType({k: v for k, v in config.options.items() if k not in absent}),
-        priority_rules=tuple(rules),
-    )
-
-
-def _check_absent_references(config: UserConfig, not_loaded: Mapping[str, NotLoaded], broken: Mapping[str, LoadProblem]) -> None:
-    """``force`` of a plugin that is not loaded, or ``enable`` of one outside ``allow``, cannot be honoured."""
-    where = f" in {config.source}" if config.source else ""
-    for op, name in sorted(config.force.items()):
-        if name in not_loaded:
-            raise ConfigError(f"force.{op} = {name!r}{where}, but plugin {name!r} is not loaded: {not_loaded[name].reason}")
-        if name in broken:
-            raise ConfigError(f"force.{op} = {name!r}{where}, but plugin {name!r} could not be loaded: {broken[name].error}")
-    for name in sorted(config.enable):
-        if name in not_loaded and name not in config.disable:
-            raise ConfigError(f"enable names plugin {name!r}{where}, which is {not_loaded[name].reason}")
-
-
 def _outranking(records: Iterable[PluginRecord]) -> tuple[str, ...]:
     """One line per enabled third-party plugin whose priority is above every built-in plugin of its op."""
     records = list(records)
@@ -334,9 +304,9 @@ class Registry:
             accepted[attrs.name] = (plugin, attrs, info, dist)
         by_name = {n.entry_point: n for n in not_loaded}
         broken = {p.entry_point: p for p in problems if p.entry_point not in accepted}
-        _check_absent_references(config, by_name, broken)
+        check_absent_references(config, by_name, broken)
         absent = (set(by_name) | set(broken)) - set(accepted)
-        check = _config_for_check(config, absent)
+        check = config_for_check(config, absent)
         for warning in check.check_names({name: a.op for name, (_, a, _, _) in accepted.items()}, OPS, known=absent):
             logger.warning("sglang-moe-plugins: %s", warning)
         records = []
