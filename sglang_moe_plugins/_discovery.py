@@ -17,9 +17,9 @@ from .config import ALLOW_ENV, UserConfig
 from .errors import ConfigError
 
 try:  # Python 3.12+ has the selectable entry_points API in the stdlib.
-    from importlib.metadata import EntryPoint, distributions, entry_points
+    from importlib.metadata import distributions, entry_points
 except ImportError:  # pragma: no cover
-    from importlib_metadata import EntryPoint, distributions, entry_points  # type: ignore[no-redef]
+    from importlib.metadata import distributions, entry_points  # type: ignore[no-redef]
 
 __all__ = [
     "BUILTIN_DISTRIBUTION",
