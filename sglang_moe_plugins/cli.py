@@ -12,12 +12,12 @@ import sys
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import Any, Sequence
 
-from . import api
 from ._version import CONTRACT_VERSION, __version__
 from ._cli_explain import add_explain_parser, forced_here_warnings
+from ._cli_health import load_registry, platform_findings, quiet_host_import, stock_lines
 from ._cli_util import Parser, UsageError, emit, fail, set_argv, table
 from .bench.cli import add_bench_parser
-from .errors import ConfigError, MoEPluginsError
+from .errors import MoEPluginsError
 from .hardware import local_platform
 from .testing.cli_check import add_check_parser
 
@@ -26,7 +26,12 @@ __all__ = ["main", "build_parser"]
 
 # -- list ----------------------------------------------------------------------------------------
 def cmd_list(args: argparse.Namespace) -> int:
-    registry = api.get_registry()
+    loaded = load_registry()
+    registry = loaded.registry
+    if registry is None:  # the configuration cannot be loaded: one line, exit 2 (no table to show)
+        if isinstance(loaded.error, MoEPluginsError):
+            raise loaded.error
+        fail("sglang-moe-plugins list", loaded.problems[0], bool(args.json), kind=type(loaded.error).__name__)
     here = local_platform()
     rows, payload = [], []
     for record in registry.records():
@@ -40,19 +45,31 @@ def cmd_list(args: argparse.Namespace) -> int:
         forced = registry.config.force.get(record.op) == record.name
         if forced:
             state += " [force]"
-        rows.append((record.name, record.op, record.priority, state, avail_text, record.distribution or "-"))
+        rows.append((record.name, record.op, record.priority, state, avail_text, record.dist_label))
         payload.append({
             "name": record.name, "op": record.op, "priority": record.priority,
             "default_priority": record.default_priority, "enabled": record.enabled, "status": record.status, "forced": forced,
-            "available_here": avail_text, "distribution": record.distribution, "entry_point": record.entry_point,
+            "available_here": avail_text, "distribution": record.distribution, "version": record.version,
+            "builtin": record.builtin, "entry_point": record.entry_point,
             "options": dict(record.options), "description": record.description,
         })
     text = f"plugins (platform here: {here}):\n" + table(("name", "op", "priority", "state", "available here", "distribution"), rows)
-    warnings = forced_here_warnings(registry)
+    not_loaded = [n.describe() for n in registry.not_loaded]
+    stock = stock_lines(registry)
+    platform_problems, platform_notes = platform_findings(registry, here)
+    warnings = forced_here_warnings(registry) + list(registry.notices) + platform_problems + platform_notes
+    problems = list(loaded.problems) + [p.describe() for p in registry.problems]
+    if loaded.failed:
+        problems.append("strict = true: start-up fails closed with the registry error above (every hooked call raises it); "
+                        "the table shows the plugins that would load without strict")
+    if not_loaded:
+        text += "\n\nnot loaded (never imported):\n" + "\n".join(f"  - {n}" for n in not_loaded)
+    if stock:
+        text += "\n\nstock ops (not hooked):\n" + "\n".join(f"  - {n}" for n in stock)
     if warnings:
         text += "\n\nWARNING:\n" + "\n".join(f"  - {w}" for w in warnings)
-    if registry.problems:
-        text += "\n\nskipped entry points:\n" + "\n".join(f"  - {p.describe()}" for p in registry.problems)
+    if problems:
+        text += "\n\nproblems (skipped entry points):\n" + "\n".join(f"  - {p}" for p in problems)
     rules = [r.describe() for r in registry.config.priority_rules]
     if rules:
         text += "\n\npriority rules (per shape bucket; the first matching rule naming a plugin sets its priority):\n" + \
@@ -60,9 +77,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     if registry.config.notes:
         text += "\n\nconfiguration notes:\n" + "\n".join(f"  - {n}" for n in registry.config.notes)
     emit(args, {"platform": str(here), "plugins": payload, "problems": [p.__dict__ for p in registry.problems],
-                 "config_notes": list(registry.config.notes), "force": dict(registry.config.force), "warnings": warnings,
-                 "priority_rules": rules}, text)
-    return 0
+                "problem_lines": problems, "not_loaded": [n.__dict__ for n in registry.not_loaded], "stock": stock,
+                "config_notes": list(registry.config.notes), "force": dict(registry.config.force), "warnings": warnings,
+                "priority_rules": rules}, text)
+    return 1 if loaded.failed else 0
 
 
 # -- doctor --------------------------------------------------------------------------------------
@@ -129,7 +147,14 @@ def _self_check(registry: Any) -> tuple[list[dict[str, str]], list[str]]:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    with quiet_host_import():  # SGLang's import-time AWQ / GGUF UserWarnings are not this report's business
+        return _doctor(args)
+
+
+def _doctor(args: argparse.Namespace) -> int:
     import torch
+
+    import sglang_moe_plugins
 
     from .host_kernels import host_kernels_source
 
@@ -139,31 +164,32 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             "torch": torch.__version__, "torch cuda": str(torch.version.cuda), "sglang": _version_of("sglang"),
             "sgl-deep-gemm": _version_of("sgl-deep-gemm"), "triton": _version_of("triton"),
         },
+        "imported from": os.path.dirname(os.path.abspath(sglang_moe_plugins.__file__)),
         "platform": str(local_platform()),
     }
-    problems: list[str] = []
-    config_failed = False
-    try:
-        registry = api.get_registry()
-    except ConfigError as exc:
-        problems.append(f"configuration error: {exc}")
-        registry = None
-        config_failed = True
-    except MoEPluginsError as exc:  # strict = true and a plugin could not be registered
-        problems.append(f"plugin registry error: {exc}")
-        registry = None
-        config_failed = True
+    loaded = load_registry()
+    registry = loaded.registry
+    problems: list[str] = list(loaded.problems)
+    warnings: list[str] = []
     if registry is not None:
-        report["config"] = {"file": registry.config.source, "strict": registry.config.strict, "notes": list(registry.config.notes),
-                            "force": dict(registry.config.force),
-                            "priority_rules": [r.describe() for r in registry.config.priority_rules]}
-        forced = {name for name in registry.config.force.values()}
+        config = registry.config
+        report["config"] = {"file": config.source, "strict": config.strict, "notes": list(config.notes),
+                            "force": dict(config.force), "allow": None if config.allow is None else sorted(config.allow),
+                            "priority_rules": [r.describe() for r in config.priority_rules]}
+        forced = {name for name in config.force.values()}
         report["plugins"] = {r.name: r.status + (" [force]" if r.name in forced else "") for r in registry.records()}
-        problems += forced_here_warnings(registry)
-        problems += [p.describe() for p in registry.problems]
-        if not args.no_self_check:
-            report["self check"], found = _self_check(registry)
+        report["distributions"] = {r.name: r.dist_label for r in registry.records()}
+        report["not loaded"] = [n.describe() for n in registry.not_loaded]
+        report["stock"] = stock_lines(registry)
+        if not loaded.failed:  # under strict the registry error above already lists its problems
+            problems += forced_here_warnings(registry)
+            problems += [p.describe() for p in registry.problems]
+            found, notes = platform_findings(registry, local_platform())
             problems += found
+            warnings += list(registry.notices) + notes
+            if not args.no_self_check:
+                report["self check"], found = _self_check(registry)
+                problems += found
     eps = [ep for ep in entry_points(group="sglang.srt.plugins") if ep.name == "moe_plugins"]
     allow = os.environ.get("SGLANG_PLUGINS", "")
     allowed = not allow or "moe_plugins" in {x.strip() for x in allow.split(",")}
@@ -172,6 +198,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         problems.append(f"SGLANG_PLUGINS={allow!r} does not include 'moe_plugins': SGLang will not load the hooks")
     report["host kernels"] = host_kernels_source() or "unavailable (jit_ep and fp8_fallback cannot run)"
     hooks: list[dict[str, Any]] = []
+    stock_ops = registry.config.stock if registry is not None else frozenset()
     if report["versions"]["sglang"] != "not installed" and not args.no_hooks:
         from .integrations.sglang import hook_status, version_case
 
@@ -180,20 +207,28 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         report["sglang release"] = {"case": case.case, "table_release": case.table_release, "message": case.message}
         for check in case.checks:
             state = "would hook" if check.ok else "NOT hooked"
-            if status["registered"] and check.ok:
+            if check.ok and check.op in stock_ops:
+                state = "stock (not hooked)"
+            elif status["registered"] and check.ok:
                 state = "hooked in this process"
             hooks.append({"target": check.path, "op": check.op, "state": state, "reason": check.reason})
             if not check.ok:
                 problems.append(f"{check.path}: {check.reason}")
     report["hooks"] = hooks
+    report["warnings"] = warnings
     report["problems"] = problems
-    lines = ["versions:"] + [f"  {k}: {v}" for k, v in report["versions"].items()] + [f"platform: {report['platform']}"]
+    lines = ["versions:"] + [f"  {k}: {v}" for k, v in report["versions"].items()]
+    lines += [f"imported from: {report['imported from']}", f"platform: {report['platform']}"]
     if "config" in report:
+        allow_text = "unset (every installed plugin may load)" if config.allow is None else (", ".join(sorted(config.allow)) or "none")
         lines.append(f"config: file={report['config']['file'] or '(none; defaults)'} strict={report['config']['strict']}")
+        lines.append(f"  allow (third-party plugins): {allow_text}")
         lines += [f"  note: {n}" for n in report["config"]["notes"]]
         lines += [f"  rule: {r}" for r in report["config"]["priority_rules"]]
         lines.append("plugins:")
-        lines += [f"  {k}: {v}" for k, v in report["plugins"].items()]
+        lines += [f"  {k}: {v} ({report['distributions'][k]})" for k, v in report["plugins"].items()]
+        lines += [f"  {n}" for n in report["not loaded"]]
+        lines += [f"  {n}" for n in report["stock"]]
     if report.get("self check"):
         lines.append("self check (one probe call per plugin available here):")
         lines += [f"  {r['plugin']}: {r['state']}: {r['detail']}" for r in report["self check"]]
@@ -204,14 +239,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if hooks:
         lines.append("hooks:")
         lines += [f"  {h['state']}: {h['target']} (op {h['op']}): {h['reason']}" for h in hooks]
+    if warnings:
+        lines.append("warnings:")
+        lines += [f"  - {w}" for w in warnings]
     lines.append("problems:" if problems else "problems: none")
     lines += [f"  - {p}" for p in problems]
     emit(args, report, "\n".join(lines))
-    if config_failed:
-        # The configuration (or, under strict, the registry) cannot be loaded: the package is off, or under
-        # strict every hooked call raises. A script checking the install must notice without a flag.
-        return 1
-    return 1 if problems and args.strict_exit else 0
+    # Any listed problem exits 1 (a script checking the install must notice without a flag).
+    return 1 if problems else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -223,12 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_explain_parser(sub)
     p_doc = sub.add_parser(
         "doctor", help="host versions, configuration, hooks applied or not and why",
-        description="Exit status: 1 when the configuration cannot be loaded, or under strict the plugin registry cannot be "
-                    "built (the package would be off, or every hooked call would raise); otherwise 0, also when other "
-                    "problems are listed, unless --strict-exit is given.")
+        description="Exit status: 1 when it lists a problem (among them: the configuration cannot be loaded, or under "
+                    "strict the plugin registry cannot be built, so every hooked call would raise; a plugin that cannot "
+                    "load; an op no enabled plugin can run here); 0 otherwise. Warnings do not change it.")
     p_doc.add_argument("--json", action="store_true")
     p_doc.add_argument("--no-hooks", action="store_true", help="skip importing SGLang to check the hook targets (fast)")
-    p_doc.add_argument("--strict-exit", action="store_true", help="exit 1 when any problem is found (a configuration or strict registry error always exits 1)")
+    p_doc.add_argument("--strict-exit", action="store_true", help="accepted for compatibility: doctor always exits 1 when it lists a problem")
     p_doc.add_argument("--no-self-check", action="store_true",
                        help="skip running each available silu_mul_quant plugin once on a small probe call")
     p_doc.set_defaults(func=cmd_doctor)

@@ -43,9 +43,10 @@ def test_list_shows_disabled_by_what():
 
 
 def test_list_reports_config_errors_cleanly():
-    result = cli("list", SGLANG_MOE_PLUGINS_DISABLE="nope")
+    # A name in DISABLE that is not installed is a warning now (issue 18); an unknown stock op is an error.
+    result = cli("list", SGLANG_MOE_PLUGINS_STOCK="megamoe")
     assert result.returncode == 2
-    assert "sglang-moe-plugins list: error: unknown plugin 'nope' (disabled by SGLANG_MOE_PLUGINS_DISABLE); valid plugins:" in result.stderr
+    assert "sglang-moe-plugins list: error: unknown op 'megamoe' (left to SGLang by SGLANG_MOE_PLUGINS_STOCK); valid ops:" in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -103,8 +104,8 @@ def test_doctor_reports_versions_hooks_and_problems():
     assert states == {target: "would hook" for target in hooked_targets()}  # 0.5.19: no MegaMoE target
     blocked = json.loads(cli("doctor", "--json", "--no-hooks", SGLANG_PLUGINS="other").stdout)
     assert any("does not include 'moe_plugins'" in p for p in blocked["problems"])
-    bad = cli("doctor", "--no-hooks", "--strict-exit", SGLANG_MOE_PLUGINS_DISABLE="nope")
-    assert bad.returncode == 1 and "configuration error: unknown plugin 'nope'" in bad.stdout
+    bad = cli("doctor", "--no-hooks", "--strict-exit", SGLANG_MOE_PLUGINS_STOCK="megamoe")
+    assert bad.returncode == 1 and "configuration error: unknown op 'megamoe'" in bad.stdout
 
 
 # -- every argument rule of explain and bench: one line naming the argument and what is allowed, exit 2 --
@@ -250,11 +251,14 @@ def test_explain_under_strict_says_failures_raise():
 
 
 def test_doctor_exits_1_on_a_config_error_and_says_so_in_help():
-    bad = cli("doctor", "--no-hooks", "--no-self-check", SGLANG_MOE_PLUGINS_DISABLE="nope")
-    assert bad.returncode == 1 and "configuration error: unknown plugin 'nope'" in bad.stdout
+    bad = cli("doctor", "--no-hooks", "--no-self-check", SGLANG_MOE_PLUGINS_STOCK="megamoe")
+    assert bad.returncode == 1 and "configuration error: unknown op 'megamoe'" in bad.stdout
     good = cli("doctor", "--no-hooks", "--no-self-check", "--json")
     assert good.returncode == 0, good.stdout
-    assert "1 when the configuration cannot be loaded" in " ".join(cli("doctor", "--help").stdout.split())
+    # Issue 20: any listed problem exits 1, not only a configuration error.
+    assert "1 when it lists a problem (among them: the configuration cannot be loaded" in " ".join(cli("doctor", "--help").stdout.split())
+    blocked = cli("doctor", "--no-hooks", "--no-self-check", SGLANG_PLUGINS="other")
+    assert blocked.returncode == 1 and "does not include 'moe_plugins'" in blocked.stdout
 
 
 def test_bench_without_cuda_is_one_clear_line():

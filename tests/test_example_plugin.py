@@ -134,9 +134,10 @@ def test_disabling_it_by_config(selector_from_env, tmp_path, how):
     _, _, shape, config = _cpu_call()
     selection = selector.explain(OP, shape, config)
     assert selection.chosen.name == "reference"
-    candidate = selection.candidate(NAME)
-    assert candidate.verdict == Verdict.DISABLED and why in candidate.reason
-    assert not selector.registry.get(NAME).enabled
+    # Issue 18: a disabled third-party plugin is never imported: no candidate, listed as not loaded.
+    assert NAME not in selector.registry and all(c.name != NAME for c in selection.candidates)
+    (entry,) = [n for n in selector.registry.not_loaded if n.entry_point == NAME]
+    assert why in entry.reason and entry.distribution == "sglang-moe-example-plugin"
 
 
 def test_cli_check_passes_on_the_example():

@@ -31,12 +31,12 @@ def test_builtin_entry_points_are_installed_and_load():
 
 def test_discover_good_and_bad_entry_points_reports_each_problem(caplog):
     eps = [
-        ep("good", "GoodPlugin"),
-        ep("bad_op", "BadOpPlugin"),
-        ep("bad_priority", "BadPriorityPlugin"),
-        ep("no_run", "NoRunPlugin"),
-        ep("old", "OldContractPlugin"),
-        ep("dup", "DuplicatePlugin"),
+        ep("good_test_plugin", "GoodPlugin"),
+        ep("bad_op_plugin", "BadOpPlugin"),
+        ep("bad_priority_plugin", "BadPriorityPlugin"),
+        ep("no_run_plugin", "NoRunPlugin"),
+        ep("old_contract_plugin", "OldContractPlugin"),
+        ep("good_test_plugin", "DuplicatePlugin"),
         ep("raising", "RaisingInitPlugin"),
         ep("instance", "NOT_A_CLASS"),
         EntryPoint("missing_module", "no_such_module_xyz:Plugin", ENTRY_POINT_GROUP),
@@ -60,18 +60,18 @@ def test_discover_good_and_bad_entry_points_reports_each_problem(caplog):
 
 def test_options_merge_and_validation():
     config = parse_config({"options": {"good_test_plugin": {"block": 32}}})
-    registry = Registry.discover(config, [ep("good", "GoodPlugin")])
+    registry = Registry.discover(config, [ep("good_test_plugin", "GoodPlugin")])
     record = registry.get("good_test_plugin")
     assert dict(record.options) == {"block": 32, "mode": "fast"}
     assert record.plugin.options["block"] == 32
     with pytest.raises(ConfigError, match=r"option block='big' for plugin 'good_test_plugin' must be of type int \(default 16\)"):
-        Registry.discover(parse_config({"options": {"good_test_plugin": {"block": "big"}}}), [ep("good", "GoodPlugin")])
+        Registry.discover(parse_config({"options": {"good_test_plugin": {"block": "big"}}}), [ep("good_test_plugin", "GoodPlugin")])
     with pytest.raises(ConfigError, match="unknown option 'blok' for plugin 'good_test_plugin'; valid options: block, mode"):
-        Registry.discover(parse_config({"options": {"good_test_plugin": {"blok": 1}}}), [ep("good", "GoodPlugin")])
+        Registry.discover(parse_config({"options": {"good_test_plugin": {"blok": 1}}}), [ep("good_test_plugin", "GoodPlugin")])
 
 
 def test_get_unknown_lists_names():
-    registry = Registry.discover(UserConfig(), [ep("good", "GoodPlugin")])
+    registry = Registry.discover(UserConfig(), [ep("good_test_plugin", "GoodPlugin")])
     with pytest.raises(KeyError, match="registered plugins: good_test_plugin"):
         registry.get("nope")
 
