@@ -13,7 +13,7 @@ When the first call passed:
 2. ``run()`` on an identical copy of A: ``deterministic`` (real rows bit-identical; within the op's
    tolerance when the plugin declares ``deterministic = False``).
 3. ``run()`` on A with other (finite, large) padding rows: ``padding_ignored`` (real rows unchanged).
-4. ``run()`` on fresh inputs B of the same shape key (new values; ``mega_moe``: another layer's weights):
+4. ``run()`` on fresh inputs B of the same shape key (new values, the same masked_m; ``mega_moe``: another layer's weights and tokens):
    ``second_call`` (B's own results: "stale output on the second call of a key").
 5. With ``prepare()``: the launch (prepared twice, the second one used) on a copy of A must give run()'s
    outputs (``prepare``), then the same launch on fresh inputs B must give B's results (``second_call``).
@@ -289,7 +289,8 @@ def _repeats(plugin: Any, adapter: OpConformance, case: SuiteCase, device: torch
 
 def _fresh_call(call: _Call, adapter: OpConformance, fresh: SuiteCase, device: torch.device, launch: Any) -> tuple[str, str | None]:
     """``(check, problem)`` of a call on fresh inputs of the same key (problem None: its own results)."""
-    inputs = adapter.make_inputs(fresh, device)
+    make_fresh = getattr(adapter, "make_fresh_inputs", None)
+    inputs = make_fresh(call.case, fresh, device) if callable(make_fresh) else adapter.make_inputs(fresh, device)
     snapshot = adapter.snapshot(inputs)
     try:
         got = call(inputs, launch, fresh)

@@ -246,6 +246,14 @@ class SiluMulQuantConformance:
         hint = None if case.seed % 3 == 0 else -(-total // shape.topk)
         return smq.SiluMulQuantInputs(gateup.to(device), masked.to(device), hint, case.inputs_writable)
 
+    def make_fresh_inputs(self, case: SuiteCase, fresh: SuiteCase, device: torch.device) -> smq.SiluMulQuantInputs:
+        """Inputs of ``case``'s key with new values (drawn from ``fresh.seed``) and ``case``'s own masked_m:
+        a second call of the key that only a plugin keeping state across calls gets wrong."""
+        base = self.make_inputs(case, device)
+        gen = torch.Generator().manual_seed(fresh.seed)
+        gateup = make_gateup(case.shape, base.masked_m.cpu(), gen)
+        return dataclasses.replace(base, gateup=gateup.to(device))
+
     def allocate_outputs(self, case: SuiteCase, inputs: Any, device: torch.device) -> smq.SiluMulQuantOutputs:
         return smq.allocate_outputs(case.shape, case.config, device)
 
