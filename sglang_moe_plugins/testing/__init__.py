@@ -12,7 +12,7 @@ Importing this package imports torch (as the rest of sglang-moe-plugins does) an
 
 from .adapters import OpConformance, SuiteCase, conformance_for
 from .loading import LoadedPlugin, PluginLoadError, load_plugin
-from .report import CHECKS, CaseFailure, CaseResult, CheckResult, ConformanceFailure, ConformanceReport
+from .report import CHECKS, INCOMPLETE, CaseFailure, CaseResult, CheckResult, ConformanceFailure, ConformanceReport
 from .suite import SuiteOptions, run_conformance
 from .tolerance import (
     BF16_INTERMEDIATES,
@@ -38,6 +38,7 @@ __all__ = [
     "CaseFailure",
     "ConformanceFailure",
     "CHECKS",
+    "INCOMPLETE",
     "load_plugin",
     "LoadedPlugin",
     "PluginLoadError",

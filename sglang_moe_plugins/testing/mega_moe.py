@@ -11,11 +11,12 @@ Cases, each labelled with where it came from, for every variant (``fp8xfp4``, ``
   cases run nothing. For EP 1 the suite also runs the model's hidden/intermediate at a decode-like
   and a prefill-like token count (:data:`DECODE_TOKENS`, :data:`PREFILL_TOKENS`), with the experts
   scaled down to the weight-size budget (:func:`weight_budget`; labelled ``run at E=..``). Under
-  expert parallelism the kernel is collective over ranks; the single-process suite only asks
-  ``supports()`` there. On CPU only :attr:`MegaMoEConformance.max_cpu_catalog_runs` of them run.
+  expert parallelism the kernel is collective over ranks: a plugin that accepts ``ep_size > 1`` is run
+  over gloo ranks by :mod:`.expert_parallel`. On CPU only :attr:`MegaMoEConformance.max_cpu_catalog_runs` of them run.
 - **edge**: zero tokens (``y`` keeps one row; nothing to write), one token, unused experts, one hot
   expert, every slot masked (``-1``: the row must still be written, with zeros), top-k 1, no clamp
-  with a routed scaling factor, a fused shared expert (``fp8xfp4``).
+  with a routed scaling factor, a fused shared expert (``fp8xfp4``), :data:`MANY_TOKENS` tokens (past
+  every common row tile).
 - **random**: property-based draws (``SuiteOptions.random_cases``) of variant, experts, hidden,
   intermediate, top-k, tokens (0 included), clamp, routed scaling factor, shared expert and routing
   pattern (:data:`ROUTINGS`), seeded from the printed suite seed.
