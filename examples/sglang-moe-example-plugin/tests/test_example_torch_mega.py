@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 import torch
 
-from sglang_moe_example_plugin import ExampleTorchMegaPlugin
 from sglang_moe_plugins.ops import mega_moe as mm
-from sglang_moe_plugins.testing import run_conformance
+from sglang_moe_plugins.testing import load_plugin, run_conformance
 from sglang_moe_plugins.testing.mega_moe import compare_with_reference, make_problem
+
+# Loaded by path, as `sglang-moe-plugins check path.py:Class` does: the module next to these tests, whichever
+# copy of the package is installed (a new entry point is visible only once the package is reinstalled).
+MEGA = pathlib.Path(__file__).resolve().parents[1] / "sglang_moe_example_plugin" / "mega.py"
+ExampleTorchMegaPlugin = type(load_plugin(f"{MEGA}:ExampleTorchMegaPlugin").plugin)
 
 
 def test_conformance_suite():
-    # Loaded as a class (a new entry point is visible only once the package is reinstalled).
     report = run_conformance(ExampleTorchMegaPlugin, seed=0, catalog=False, random_cases=0, device="cpu")
     assert report.passed, report.summary()
     ran = {c.config.split()[1] for c in report.cases if c.status == "passed"}
