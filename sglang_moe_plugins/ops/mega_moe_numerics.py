@@ -2,6 +2,12 @@
 
 Everything here is pure torch (CPU and GPU) and is the oracle the kernels are tested against.
 
+Public API for plugin authors: every name in ``__all__`` (notably :func:`decode_expert_weights`,
+:func:`decode_fp8_shared_weights`, :func:`quantize_activations`, :func:`dequantize_activations` and
+:func:`mega_moe_reference`) is covered by the plugin contract version
+(``sglang_moe_plugins.CONTRACT_VERSION``, 2): names, signatures, layouts and numerics change only with a
+new contract version. docs/authoring.md ("Writing a mega_moe plugin") shows their use.
+
 Pre-dispatch (bf16 activations ``x [T, H]`` -> the symmetric buffer's ``x``/``x_sf`` slots), per
 variant, exactly as the host's kernels do it:
 
@@ -347,6 +353,8 @@ def encode_fp8_shared_weights(w: torch.Tensor, interleave: Interleave) -> tuple[
 
 
 def decode_fp8_shared_weights(data: torch.Tensor, sf: torch.Tensor, interleave: Interleave) -> torch.Tensor:
+    """fp32 ``[N, K]`` of the fused shared expert's FP8 weights (``interleave="gran8"`` for L1, None for L2),
+    rows ``[gate; up]``. Public (contract version 2)."""
     n, k = data.shape
     values = deinterleave_gate_up(data.float().unsqueeze(0), interleave)[0]
     scale = ue8m0_from_exponent(_decode_packed_sf(sf.unsqueeze(0), interleave, k // 32))[0]
@@ -382,7 +390,8 @@ def _l1_interleave(variant: str) -> Interleave:
 
 
 def decode_expert_weights(inputs: MegaMoEInputs, config: MegaMoEConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dequantized ``(W1 [E, 2I, H] rows [gate; up], W2 [E, H, I])`` in fp32."""
+    """Dequantized ``(W1 [E, 2I, H] rows [gate; up], W2 [E, H, I])`` in fp32 of the experts in ``inputs``
+    (the local experts under EP), from either weight format. Public (contract version 2)."""
     if config.weight_format == "fp8_e4m3_block128":
         w1 = decode_fp8_block_weights(*inputs.l1_weights, interleave="gran8")
         w2 = decode_fp8_block_weights(*inputs.l2_weights, interleave=None)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve lazily
     from .adapters import OpConformance, SuiteCase, conformance_for
     from .loading import LoadedPlugin, PluginLoadError, load_plugin
-    from .report import CHECKS, CaseFailure, CaseResult, CheckResult, ConformanceFailure, ConformanceReport
+    from .report import CHECKS, INCOMPLETE, CaseFailure, CaseResult, CheckResult, ConformanceFailure, ConformanceReport
     from .suite import SuiteOptions, run_conformance
     from .tolerance import (
         BF16_INTERMEDIATES,
@@ -46,6 +46,7 @@ __all__ = [
     "CaseFailure",
     "ConformanceFailure",
     "CHECKS",
+    "INCOMPLETE",
     "load_plugin",
     "LoadedPlugin",
     "PluginLoadError",
@@ -71,7 +72,8 @@ __all__ = [
 _LAZY = {
     **dict.fromkeys(("OpConformance", "SuiteCase", "conformance_for"), "adapters"),
     **dict.fromkeys(("LoadedPlugin", "PluginLoadError", "load_plugin"), "loading"),
-    **dict.fromkeys(("CHECKS", "CaseFailure", "CaseResult", "CheckResult", "ConformanceFailure", "ConformanceReport"), "report"),
+    **dict.fromkeys(("CHECKS", "INCOMPLETE", "CaseFailure", "CaseResult", "CheckResult", "ConformanceFailure",
+                     "ConformanceReport"), "report"),
     **dict.fromkeys(("SuiteOptions", "run_conformance"), "suite"),
     **dict.fromkeys(("BF16_INTERMEDIATES", "EXACT", "STRICT", "NumericsResult", "Tolerance", "ToleranceError",
                      "check_against_fp64", "compare_with_fp64", "find_unwritten", "fp64_expected", "poison",

@@ -55,7 +55,14 @@ class OpConformance(Protocol):
     """The per-op part of the conformance suite.
 
     An adapter may also set ``max_cpu_catalog_runs`` (int): the number of catalog cases run on CPU
-    when ``SuiteOptions.max_catalog_runs`` is None (default: the suite's own).
+    when ``SuiteOptions.max_catalog_runs`` is None (default: the suite's own), and offer (each optional):
+
+    - ``real_outputs(inputs, outputs, case) -> [(name, tensor)]``: the real part of the outputs, which
+      the ``deterministic`` and ``padding_ignored`` checks compare bit for bit (default: every tensor);
+    - ``repad(inputs, case) -> inputs | None``: a copy with other padding rows (None: the op has none);
+    - ``make_fresh_inputs(case, fresh, device)``: the second call's inputs of the key (default:
+      ``make_inputs(fresh, device)``, ``fresh`` being ``case`` with another seed);
+    - ``cost(case) -> float``: relative run time, for the suite's time estimate.
     """
 
     op: str

@@ -2,7 +2,12 @@
 
 Runs the conformance suite with a progress bar on stderr and prints a summary table (``--json``: the
 whole report as JSON on stdout). Exit status: 0 passed, 1 failed, 2 usage or load error, 3 nothing
-could be exercised (the plugin supports no drawn case on this device, or its op is not covered yet).
+could be exercised (the plugin supports no drawn case on this device, or its op is not covered yet),
+4 incomplete: every check that ran passed, but a claim could not be exercised (a mega_moe plugin that
+accepts ep_size > 1 the kit could not run over ranks: "claims EP > 1; not exercised").
+
+When the run is estimated to take longer than 30 s, the estimate is printed on stderr after the first
+cases ran (with the options that shorten it).
 
 Wired into the main CLI by ``add_check_parser(subparsers)``; also runnable on its own as
 ``python -m sglang_moe_plugins.testing.cli_check ...``. Adding the parser loads nothing: the suite is
@@ -17,12 +22,14 @@ import sys
 import time
 from typing import Any, Sequence, TextIO
 
-__all__ = ["add_check_parser", "cmd_check", "main", "EXIT_PASSED", "EXIT_FAILED", "EXIT_ERROR", "EXIT_NOT_EXERCISED"]
+__all__ = ["add_check_parser", "cmd_check", "main", "EXIT_PASSED", "EXIT_FAILED", "EXIT_ERROR", "EXIT_NOT_EXERCISED",
+           "EXIT_INCOMPLETE"]
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
 EXIT_ERROR = 2
 EXIT_NOT_EXERCISED = 3
+EXIT_INCOMPLETE = 4
 
 
 class _Progress:
@@ -64,7 +71,7 @@ def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
             "Run the conformance suite: draw cases (embedded catalog at EP 1/2/4/8, decode and prefill N, edge cases, "
             "seeded random cases), keep those the plugin supports, run them and check layouts, written rows and "
             "numerics; check that supports() is deterministic, cheap and explains itself. Exit status: 0 passed, "
-            "1 failed, 2 usage/load error, 3 nothing exercised."
+            "1 failed, 2 usage/load error, 3 nothing exercised, 4 incomplete (a claim such as EP > 1 not exercised)."
         ),
     )
     parser.add_argument("target", help="registered plugin name, path/to/module.py[:Class] or package.module:Class")
@@ -101,7 +108,7 @@ def _case_table(report: Any) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     """Run the suite as ``args`` say; print; return the exit status."""
     from ..errors import MoEPluginsError
-    from .report import FAILED, PASSED
+    from .report import FAILED, INCOMPLETE, PASSED
     from .suite import SuiteOptions, run_conformance
 
     overrides: dict[str, Any] = {"device": args.device, "supports_budget_us": args.supports_budget_us,
@@ -119,8 +126,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.no_catalog:
         overrides["catalog"] = False
     progress = None if args.no_progress else _Progress(sys.stderr)
+
+    def estimate(seconds: float, cases: int) -> None:
+        print(f"sglang-moe-plugins check: this run will take about {seconds:.0f} s ({cases} cases to run); "
+              "--cases N, --catalog-runs N, --model NAME or --no-catalog shorten it", file=sys.stderr, flush=True)
+
     try:
-        report = run_conformance(args.target, SuiteOptions(), progress=progress, **overrides)
+        report = run_conformance(args.target, SuiteOptions(), progress=progress, estimate=estimate, **overrides)
     except MoEPluginsError as exc:
         print(f"sglang-moe-plugins check: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -136,6 +148,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_PASSED
     if report.status == FAILED:
         return EXIT_FAILED
+    if report.status == INCOMPLETE:
+        return EXIT_INCOMPLETE
     return EXIT_NOT_EXERCISED
 
 

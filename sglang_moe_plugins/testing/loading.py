@@ -32,6 +32,10 @@ class LoadedPlugin:
 
     plugin: Any
     origin: str
+    #: The entry point's name when loaded through one (it must equal the plugin's ``name``).
+    entry_point: str | None = None
+    #: A target string that loads the same plugin in another process (the expert-parallel ranks), or None.
+    spec: str | None = None
 
 
 def _looks_like_plugin_class(obj: Any) -> bool:
@@ -89,7 +93,8 @@ def _load_path(path: str, attr: str | None) -> LoadedPlugin:
             del sys.modules[module_name]
             raise PluginLoadError(f"importing {path} raised {type(exc).__name__}: {exc}") from exc
     origin = f"{path}" + (f":{attr}" if attr else "")
-    return LoadedPlugin(instantiate(_from_module(module, attr, path), origin), f"file {origin}")
+    spec = full + (f":{attr}" if attr else "")
+    return LoadedPlugin(instantiate(_from_module(module, attr, path), origin), f"file {origin}", spec=spec)
 
 
 def _load_entry_point(name: str) -> LoadedPlugin | None:
@@ -102,8 +107,18 @@ def _load_entry_point(name: str) -> LoadedPlugin | None:
             target = ep.load()
         except Exception as exc:  # noqa: BLE001
             raise PluginLoadError(f"{origin}: loading raised {type(exc).__name__}: {exc}") from exc
-        return LoadedPlugin(instantiate(target, origin), origin)
+        return LoadedPlugin(instantiate(target, origin), origin, entry_point=ep.name, spec=ep.name)
     return None
+
+
+def _class_spec(target: Any) -> str | None:
+    """``module:Class`` that another process can import, or None (a class defined in a function,
+    ``__main__`` or a module loaded from a path)."""
+    cls = target if inspect.isclass(target) else type(target)
+    module, qualname = getattr(cls, "__module__", ""), getattr(cls, "__qualname__", "")
+    if not module or module == "__main__" or module.startswith("_moe_plugin_check_") or "<" in qualname:
+        return None
+    return f"{module}:{qualname}"
 
 
 def load_plugin(target: Any) -> LoadedPlugin:
@@ -111,7 +126,7 @@ def load_plugin(target: Any) -> LoadedPlugin:
     ``sglang_moe_plugins.kernels``), ``path/to/module.py[:Class]`` or ``package.module:Class``."""
     if not isinstance(target, str):
         origin = f"object {type(target).__name__ if not inspect.isclass(target) else target.__name__}"
-        return LoadedPlugin(instantiate(target, origin), origin)
+        return LoadedPlugin(instantiate(target, origin), origin, spec=_class_spec(target))
     text = target.strip()
     path, _, attr = text.partition(":") if not os.path.isfile(text) else (text, "", "")
     if path.endswith(".py") or os.sep in path or os.path.isfile(path):
@@ -121,7 +136,7 @@ def load_plugin(target: Any) -> LoadedPlugin:
             module = importlib.import_module(path)
         except ImportError as exc:
             raise PluginLoadError(f"cannot import module {path!r}: {exc}") from exc
-        return LoadedPlugin(instantiate(_from_module(module, attr, path), text), f"module {text}")
+        return LoadedPlugin(instantiate(_from_module(module, attr, path), text), f"module {text}", spec=text)
     loaded = _load_entry_point(text)
     if loaded is not None:
         return loaded
@@ -131,7 +146,9 @@ def load_plugin(target: Any) -> LoadedPlugin:
     registry = Registry.discover()
     if text in registry:
         record = registry.get(text)
-        return LoadedPlugin(record.plugin, f"entry point {record.entry_point} ({record.distribution})")
+        ep_name = str(record.entry_point).partition(" ")[0].partition("=")[0].strip() or None
+        return LoadedPlugin(record.plugin, f"entry point {record.entry_point} ({record.distribution})", entry_point=ep_name,
+                            spec=ep_name)
     valid = ", ".join(sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))) or "(none)"
     raise PluginLoadError(
         f"no plugin named {text!r} is registered (entry point group {ENTRY_POINT_GROUP}); registered: {valid}. "

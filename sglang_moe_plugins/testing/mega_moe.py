@@ -11,11 +11,12 @@ Cases, each labelled with where it came from, for every variant (``fp8xfp4``, ``
   cases run nothing. For EP 1 the suite also runs the model's hidden/intermediate at a decode-like
   and a prefill-like token count (:data:`DECODE_TOKENS`, :data:`PREFILL_TOKENS`), with the experts
   scaled down to the weight-size budget (:func:`weight_budget`; labelled ``run at E=..``). Under
-  expert parallelism the kernel is collective over ranks; the single-process suite only asks
-  ``supports()`` there. On CPU only :attr:`MegaMoEConformance.max_cpu_catalog_runs` of them run.
+  expert parallelism the kernel is collective over ranks: a plugin that accepts ``ep_size > 1`` is run
+  over gloo ranks by :mod:`.expert_parallel`. On CPU only :attr:`MegaMoEConformance.max_cpu_catalog_runs` of them run.
 - **edge**: zero tokens (``y`` keeps one row; nothing to write), one token, unused experts, one hot
   expert, every slot masked (``-1``: the row must still be written, with zeros), top-k 1, no clamp
-  with a routed scaling factor, a fused shared expert (``fp8xfp4``).
+  with a routed scaling factor, a fused shared expert (``fp8xfp4``), :data:`MANY_TOKENS` tokens (past
+  every common row tile).
 - **random**: property-based draws (``SuiteOptions.random_cases``) of variant, experts, hidden,
   intermediate, top-k, tokens (0 included), clamp, routed scaling factor, shared expert and routing
   pattern (:data:`ROUTINGS`), seeded from the printed suite seed.
@@ -60,6 +61,8 @@ __all__ = [
     "ROUTINGS",
     "DECODE_TOKENS",
     "PREFILL_TOKENS",
+    "MANY_TOKENS",
+    "compare_rows",
     "MegaTolerance",
     "MEGA_TOLERANCE",
     "megamoe_capable",
@@ -76,6 +79,8 @@ ROUTINGS = ("random", "distinct", "unused", "hot", "masked")
 #: Token counts of the decode-like and prefill-like catalog runs.
 DECODE_TOKENS = 3
 PREFILL_TOKENS = 32
+#: Tokens of the edge case past every common row tile (64, 128, 256).
+MANY_TOKENS = 272
 #: Weight elements (local experts x 3 x intermediate x hidden) a run case may hold, CPU / CUDA.
 DEFAULT_CPU_WEIGHT_BUDGET = 1 << 23
 DEFAULT_CUDA_WEIGHT_BUDGET = 1 << 25  # inputs are built on the CPU, then moved
@@ -227,16 +232,25 @@ def compare_with_reference(
         return None
     expected = mm.allocate_outputs(shape, config, inputs.device, num_tokens=num_tokens)
     nm.mega_moe_reference(inputs, expected, shape, config)
-    ref = expected.y[:num_tokens].double().cpu()
-    got = y[:num_tokens].double().cpu()
+    return compare_rows(y[:num_tokens], expected.y[:num_tokens], inputs.topk_ids, shape.hidden, tolerance)
+
+
+def compare_rows(
+    y: torch.Tensor, reference: torch.Tensor, topk_ids: torch.Tensor | None, hidden: int, tolerance: MegaTolerance = MEGA_TOLERANCE,
+) -> str | None:
+    """None when the rows ``y`` are within ``tolerance`` of ``reference`` (same row count); else the first offence."""
+    ref = reference.double().cpu()
+    got = y.double().cpu()
+    if got.shape[0] == 0:
+        return None
     if not torch.isfinite(got).all():
         row = int((~torch.isfinite(got)).any(-1).nonzero()[0, 0])
         return f"y row {row} holds a non-finite value ({tolerance.describe()})"
     err = (got - ref).norm(dim=-1)
-    bound = tolerance.row_rtol * ref.norm(dim=-1) + tolerance.row_atol * math.sqrt(shape.hidden)
+    bound = tolerance.row_rtol * ref.norm(dim=-1) + tolerance.row_atol * math.sqrt(hidden)
     if (err > bound).any():
         row = int((err > bound).nonzero()[0, 0])
-        ids = inputs.topk_ids[row].tolist() if inputs.topk_ids is not None else []
+        ids = topk_ids[row].tolist() if topk_ids is not None else []
         return (f"y row {row} (experts {ids}) is {err[row].item():.4g} from the reference (L2), over the bound "
                 f"{bound[row].item():.4g} (|ref row| {ref[row].norm().item():.4g}); {int((err > bound).sum())} row(s) off; "
                 f"{tolerance.describe()}")
@@ -362,6 +376,8 @@ class MegaMoEConformance:
                     ("no clamp, rsf=2.5", S(2, 2), config_for(variant, None, 2.5), _batch(6, "distinct"),
                      "activation_clamp None, routed_scaling_factor applied to the top-k weights"),
                 ]
+                edges.append((f"many tokens T={MANY_TOKENS}", dataclasses.replace(S(2, 2), max_tokens_per_rank=512), config_for(variant),
+                              _batch(MANY_TOKENS, "random"), "more token rows than a 64-, 128- or 256-row tile"))
                 if variant == "fp8xfp4":
                     edges.append(("fused shared expert", S(2, 2, 1), config_for(variant, 10.0, 1.5), _batch(5, "random"),
                                   "SGLang fuses the FP8 shared expert into the fp8xfp4 call"))
@@ -403,6 +419,18 @@ class MegaMoEConformance:
             raise OutputValidationError(
                 f"plugin {plugin!r} returned y.shape={tuple(outputs.y.shape)}, the host requires at least max(num_tokens, 1) = {max(tokens, 1)} rows"
             )
+
+    def cost(self, case: SuiteCase) -> float:
+        """Relative run time of a case (for the suite's time estimate): weight elements decoded plus
+        token-slot GEMM work."""
+        shape = case.shape
+        tokens, _ = _parse_batch(case.masked_m)
+        work = 3 * shape.hidden * shape.intermediate * (shape.num_experts + tokens * shape.top_k)
+        return 1e5 + work * (4 if case.config.variant == "sm90_fp8" else 1)
+
+    def real_outputs(self, inputs: mm.MegaMoEInputs, outputs: mm.MegaMoEOutputs, case: SuiteCase) -> list[tuple[str, torch.Tensor]]:
+        """The token rows ``y[:T]`` (what the determinism check compares)."""
+        return [("y", outputs.y[: inputs.num_tokens])]
 
     # -- checks ----------------------------------------------------------------------------------
     def snapshot(self, inputs: mm.MegaMoEInputs) -> mm.MegaMoEInputs:

@@ -13,6 +13,8 @@ __all__ = [
     "FAILED",
     "SKIPPED",
     "NOT_EXERCISED",
+    "INCOMPLETE",
+    "CLAIM_NOT_EXERCISED",
     "CHECKS",
     "CaseFailure",
     "CheckResult",
@@ -26,10 +28,16 @@ FAILED = "failed"
 SKIPPED = "skipped"
 #: Overall status when no case could be run (op not covered, or the plugin supports no case here).
 NOT_EXERCISED = "not exercised"
+#: Overall status when every check that ran passed, but a claim of the plugin could not be exercised
+#: (a mega_moe plugin that accepts ep_size > 1 and the kit could not run it over ranks).
+INCOMPLETE = "incomplete"
+#: Status of a check whose claim could not be exercised (the report is then INCOMPLETE).
+CLAIM_NOT_EXERCISED = "not exercised"
 
 #: Every check of the suite, in report order: ``name -> what it checks``.
 CHECKS: dict[str, str] = {
     "contract": "name, op, priority, supports/run, contract_version and options satisfy the plugin contract",
+    "name": "the plugin's name is not a built-in plugin's, and equals the name of the entry point that registers it",
     "supports_answer": "supports() returns a Support with a non-empty reason and never raises (a rejected case is rejected, not crashed)",
     "supports_deterministic": "supports() gives the same answer twice, and for equal but distinct shape/config objects",
     "supports_cheap": "supports() is cheap: median time per call under the budget, and no call over the per-call limit",
@@ -40,6 +48,13 @@ CHECKS: dict[str, str] = {
     "rows_written": "every real row of the outputs is written (outputs poisoned first)",
     "numerics": "outputs within the documented tolerance policy of an independent fp64 computation",
     "prepare": "a plugin with prepare(): calling it twice for one key works, and its launch gives run()'s outputs",
+    "deterministic": "two calls on identical inputs give bit-identical outputs (within the tolerance when the plugin declares "
+                     "deterministic = False)",
+    "padding_ignored": "real rows do not depend on the padding rows of the input (past masked_m: NaN, then other values)",
+    "second_call": "the second call of a shape key, with fresh inputs (mega_moe: another layer's weights), gives the results "
+                   "of its own inputs, through run() and through prepare()'s launch",
+    "expert_parallel": "a mega_moe plugin that accepts ep_size > 1 gives each rank's rows of the whole problem, run over a gloo "
+                       "group of processes on CPU",
 }
 
 
@@ -63,7 +78,7 @@ class CheckResult:
 
     name: str
     title: str
-    status: str  # PASSED, FAILED or SKIPPED
+    status: str  # PASSED, FAILED, SKIPPED or CLAIM_NOT_EXERCISED
     checked: int
     failed: int
     first_failure: CaseFailure | None = None
@@ -147,6 +162,8 @@ class ConformanceReport:
             return NOT_EXERCISED
         if self.coverage == "none":
             return NOT_EXERCISED
+        if any(c.status == CLAIM_NOT_EXERCISED for c in self.checks):
+            return INCOMPLETE
         return PASSED
 
     @property
@@ -167,6 +184,9 @@ class ConformanceReport:
         raise KeyError(f"no check named {name!r}; checks: {', '.join(c.name for c in self.checks)}")
 
     def not_exercised_reason(self) -> str:
+        unverified = [f"{c.name}: {c.note}" for c in self.checks if c.status == CLAIM_NOT_EXERCISED]
+        if unverified and self.status == INCOMPLETE:
+            return "; ".join(unverified)
         if self.coverage == "none":
             return self.coverage_note
         if self.cases_run == 0:
@@ -198,7 +218,7 @@ class ConformanceReport:
             lines += ["", f"first failure: {errored[0].label}: {errored[0].reason}"]
         lines.append("")
         verdict = self.status.upper()
-        if self.status == NOT_EXERCISED:
+        if self.status in (NOT_EXERCISED, INCOMPLETE):
             verdict += f": {self.not_exercised_reason()}"
         lines.append(f"result: {verdict}")
         return "\n".join(lines)

@@ -142,6 +142,10 @@ def _edge_cases(platform: Platform) -> list[tuple[str, smq.SiluMulQuantShape, sm
         ("experts full", S(4, 8, 256, 128, 4), _cfg(p, scale_layout="ue8m0_packed"), "full", "every row of every expert is real"),
         ("E=1 N=1", S(1, 1, 128, 128, 1), _cfg(p), "full", "a single row"),
         ("zero rows", S(3, 8, 384, 128, 2), _cfg(p), "ragged", "all-zero rows and groups: absmax floored at 1e-10"),
+        ("tall expert N=320", S(2, 320, 256, 128, 2), _cfg(p), "ragged",
+         "masked_m[0] = 320: more real rows than a 64-, 128- or 256-row tile"),
+        ("tall expert N=300 UE8M0", S(3, 300, 128, 128, 4), _cfg(p, scale_layout="ue8m0_packed"), "full",
+         "every row of 3 experts real, 300 rows each: past a 256-row tile, with a partial last tile"),
         ("E=0", S(0, 4, 256, 128, 2), _cfg(p), "empty", "no local experts"),
         ("N=0", S(2, 0, 256, 128, 2), _cfg(p), "empty", "no rows"),
     ]
@@ -242,6 +246,14 @@ class SiluMulQuantConformance:
         hint = None if case.seed % 3 == 0 else -(-total // shape.topk)
         return smq.SiluMulQuantInputs(gateup.to(device), masked.to(device), hint, case.inputs_writable)
 
+    def make_fresh_inputs(self, case: SuiteCase, fresh: SuiteCase, device: torch.device) -> smq.SiluMulQuantInputs:
+        """Inputs of ``case``'s key with new values (drawn from ``fresh.seed``) and ``case``'s own masked_m:
+        a second call of the key that only a plugin keeping state across calls gets wrong."""
+        base = self.make_inputs(case, device)
+        gen = torch.Generator().manual_seed(fresh.seed)
+        gateup = make_gateup(case.shape, base.masked_m.cpu(), gen)
+        return dataclasses.replace(base, gateup=gateup.to(device))
+
     def allocate_outputs(self, case: SuiteCase, inputs: Any, device: torch.device) -> smq.SiluMulQuantOutputs:
         return smq.allocate_outputs(case.shape, case.config, device)
 
@@ -250,6 +262,33 @@ class SiluMulQuantConformance:
 
     def validate_outputs(self, outputs: Any, case: SuiteCase, plugin: str) -> None:
         smq.validate_outputs(outputs, case.shape, case.config, plugin)
+
+    def cost(self, case: SuiteCase) -> float:
+        """Relative run time of a case (for the suite's time estimate): its input elements."""
+        return 4096.0 + case_elements(case.shape)
+
+    def repad(self, inputs: smq.SiluMulQuantInputs, case: SuiteCase) -> smq.SiluMulQuantInputs | None:
+        """``inputs`` with the padding rows (row >= masked_m[e]) of gateup set to large finite values
+        (NaN before): the real rows of a plugin's outputs must not change. None when nothing is padding."""
+        shape = case.shape
+        if shape.num_experts == 0 or shape.max_rows == 0:
+            return None
+        pad = ~smq.real_rows(inputs.masked_m.cpu(), shape.max_rows).to(inputs.gateup.device)
+        if not bool(pad.any()):
+            return None
+        gen = torch.Generator().manual_seed(case.seed + 17)
+        gateup = inputs.gateup.clone()
+        values = torch.randn(int(pad.sum()), gateup.shape[-1], generator=gen) * 4096.0
+        gateup[pad] = values.to(torch.bfloat16).to(gateup.device)
+        return dataclasses.replace(inputs, gateup=gateup, masked_m=inputs.masked_m.clone())
+
+    def real_outputs(self, inputs: smq.SiluMulQuantInputs, outputs: smq.SiluMulQuantOutputs, case: SuiteCase) -> list[tuple[str, torch.Tensor]]:
+        """The real rows of ``out`` and ``scale`` (what the determinism and padding checks compare)."""
+        shape = case.shape
+        if shape.num_experts == 0 or shape.max_rows == 0:
+            return [("out", outputs.out.reshape(-1)[:0]), ("scale", outputs.scale.reshape(-1)[:0])]
+        real = smq.real_rows(inputs.masked_m.cpu(), shape.max_rows).to(outputs.out.device)
+        return [("out", outputs.out[real]), ("scale", outputs.scale[real])]
 
     # -- checks ----------------------------------------------------------------------------------
     def snapshot(self, inputs: smq.SiluMulQuantInputs) -> smq.SiluMulQuantInputs:

@@ -5,13 +5,11 @@ Op-agnostic: the op's adapter (:mod:`.adapters`) supplies cases, inputs and outp
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import random
 import statistics
 import time
-import traceback
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -26,10 +24,18 @@ from ..ops import OPS
 from ..registry import validate_plugin
 from .adapters import FULL, NONE, OpConformance, SuiteCase, conformance_for
 from .loading import LoadedPlugin, load_plugin
+from .execute import Checks as _Checks
+from .execute import copy_value as _copy
+from .execute import describe as _describe
+from .execute import error_text as _error_text
+from .execute import execute_case, is_deterministic
+from .execute import short as _short
+from .names import check_name
 from .supports_cost import ask, ask_all
-from .report import CHECKS, FAILED, PASSED, SKIPPED, CaseFailure, CaseResult, CheckResult, ConformanceReport
+from .report import FAILED, PASSED, CaseFailure, CaseResult, ConformanceReport
 
-__all__ = ["SuiteOptions", "run_conformance", "ProgressCallback", "DEFAULT_CPU_MAX_ELEMENTS", "DEFAULT_CUDA_MAX_ELEMENTS", "DEFAULT_CPU_CATALOG_RUNS"]
+__all__ = ["SuiteOptions", "run_conformance", "ProgressCallback", "EstimateCallback", "ESTIMATE_THRESHOLD_S",
+           "DEFAULT_CPU_MAX_ELEMENTS", "DEFAULT_CUDA_MAX_ELEMENTS", "DEFAULT_CPU_CATALOG_RUNS"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +47,10 @@ DEFAULT_CPU_CATALOG_RUNS = 24
 
 #: ``progress(done, total, label)``, called before each case and once at the end (label "").
 ProgressCallback = Callable[[int, int, str], None]
+#: ``estimate(seconds, cases)``: called once, early, when the whole run is estimated to take longer than
+#: :data:`ESTIMATE_THRESHOLD_S` (``seconds``: the estimated total; ``cases``: the cases to run).
+EstimateCallback = Callable[[float, int], None]
+ESTIMATE_THRESHOLD_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -131,57 +141,6 @@ def _resolve_device(spec: str) -> torch.device:
     return device
 
 
-def _describe(value: Any) -> str:
-    describe = getattr(value, "describe", None)
-    return describe() if callable(describe) else repr(value)
-
-
-def _error_text(exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" (at {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})" if frames else ""
-    return f"{type(exc).__name__}: {exc}{where}"
-
-
-def _copy(value: Any) -> Any:
-    """An equal but distinct object (dataclasses are rebuilt field by field)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.replace(value)
-    return copy.deepcopy(value)
-
-
-class _Checks:
-    """Accumulates per-check counts and first failures."""
-
-    def __init__(self) -> None:
-        self.checked: dict[str, int] = defaultdict(int)
-        self.failures: dict[str, list[CaseFailure]] = defaultdict(list)
-        self.notes: dict[str, str] = {}
-
-    def ok(self, name: str) -> None:
-        self.checked[name] += 1
-
-    def fail(self, name: str, case: SuiteCase | None, error: str) -> CaseFailure:
-        self.checked[name] += 1
-        failure = CaseFailure(
-            name,
-            case.label if case else "(plugin)",
-            _describe(case.shape) if case else "-",
-            _describe(case.config) if case else "-",
-            error,
-        )
-        self.failures[name].append(failure)
-        return failure
-
-    def results(self) -> tuple[CheckResult, ...]:
-        out = []
-        for name, title in CHECKS.items():
-            failures = self.failures.get(name, [])
-            checked = self.checked.get(name, 0)
-            status = FAILED if failures else (PASSED if checked else SKIPPED)
-            out.append(CheckResult(name, title, status, checked, len(failures), failures[0] if failures else None, self.notes.get(name, "")))
-        return tuple(out)
-
-
 def _check_supports(
     plugin: Any, case: SuiteCase, checks: _Checks, timings: list[float], limit_us: float = float("inf")
 ) -> tuple[bool | None, str, list[CaseFailure]]:
@@ -229,104 +188,6 @@ def _check_supports(
     return bool(first), reason, failures
 
 
-def _execute(
-    plugin: Any, adapter: OpConformance, case: SuiteCase, device: torch.device, checks: _Checks
-) -> list[CaseFailure]:
-    """Run one accepted case and check its outputs; returns the failures."""
-    failures: list[CaseFailure] = []
-    inputs = adapter.make_inputs(case, device)
-    outputs = adapter.allocate_outputs(case, inputs, device)
-    adapter.poison(outputs)
-    snapshot = adapter.snapshot(inputs)
-    try:
-        returned = plugin.run(inputs, outputs, case.shape, case.config)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-    except Exception as exc:  # noqa: BLE001 - the finding
-        failures.append(checks.fail("run_no_crash", case, f"supports() accepted the case ({_short(case)}), then run() raised {_error_text(exc)}"))
-        return failures
-    checks.ok("run_no_crash")
-    result = outputs if returned is None else returned
-    try:
-        adapter.validate_outputs(result, case, getattr(plugin, "name", "?"))
-    except Exception as exc:  # noqa: BLE001
-        failures.append(checks.fail("output_layout", case, str(exc) if isinstance(exc, MoEPluginsError) else _error_text(exc)))
-        return failures
-    checks.ok("output_layout")
-    changed = adapter.inputs_changed(snapshot, inputs, case)
-    if changed:
-        failures.append(checks.fail("inputs_unchanged", case, changed))
-    else:
-        checks.ok("inputs_unchanged")
-    unwritten = adapter.find_unwritten(snapshot, result, case)
-    if unwritten:
-        if result is not outputs:
-            unwritten += " (run() returned a new outputs object; only the preallocated outputs are poisoned)"
-        failures.append(checks.fail("rows_written", case, unwritten))
-        return failures
-    checks.ok("rows_written")
-    mismatch = adapter.compare(snapshot, result, case)
-    if mismatch:
-        failures.append(checks.fail("numerics", case, mismatch))
-    else:
-        checks.ok("numerics")
-    if callable(getattr(plugin, "prepare", None)):
-        failures += _check_prepare(plugin, adapter, case, device, checks, result)
-    return failures
-
-
-def _tensors(outputs: Any) -> list[tuple[str, torch.Tensor]]:
-    if dataclasses.is_dataclass(outputs):
-        return [(f.name, getattr(outputs, f.name)) for f in dataclasses.fields(outputs)
-                if isinstance(getattr(outputs, f.name), torch.Tensor)]
-    return []
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """The bytes of ``t`` in row-major order, whatever its strides (NaN compares equal to itself)."""
-    return torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t).reshape(-1).view(torch.uint8)
-
-
-def _check_prepare(plugin: Any, adapter: OpConformance, case: SuiteCase, device: torch.device, checks: _Checks,
-                   run_result: Any) -> list[CaseFailure]:
-    """``prepare(shape, config)`` twice for the key (allowed), then the second launch on the same inputs as
-    run(), into outputs poisoned the same way: every output tensor must equal run()'s bit for bit."""
-    try:
-        first = plugin.prepare(case.shape, case.config)
-        launch = plugin.prepare(case.shape, case.config)
-    except Exception as exc:  # noqa: BLE001 - the finding
-        return [checks.fail("prepare", case, f"prepare() raised {_error_text(exc)} for a case supports() accepted")]
-    if first is None and launch is None:
-        checks.ok("prepare")  # None: the plugin's run() is used for this key
-        return []
-    if not callable(launch) or (first is not None and not callable(first)):
-        return [checks.fail("prepare", case, f"prepare() returned {launch!r}; it must return launch(inputs, outputs) or None")]
-    inputs = adapter.make_inputs(case, device)
-    outputs = adapter.allocate_outputs(case, inputs, device)
-    adapter.poison(outputs)
-    try:
-        returned = launch(inputs, outputs)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-    except Exception as exc:  # noqa: BLE001
-        return [checks.fail("prepare", case, f"the launch from prepare() raised {_error_text(exc)}; run() did not")]
-    result = outputs if returned is None else returned
-    want = dict(_tensors(run_result))
-    for name, got in _tensors(result):
-        ref = want.get(name)
-        same = ref is not None and got.shape == ref.shape and got.dtype == ref.dtype and (
-            got.numel() == 0 or torch.equal(_bits(got), _bits(ref)))
-        if not same:
-            return [checks.fail("prepare", case, f"the launch from prepare() wrote a different {name} than run() on the same "
-                                                 "inputs (compared bit for bit, outputs poisoned alike)")]
-    checks.ok("prepare")
-    return []
-
-
-def _short(case: SuiteCase) -> str:
-    return f"{_describe(case.shape)} [{_describe(case.config)}]"
-
-
 def _select_run_cases(accepted: list[SuiteCase], catalog_limit: int | None, seed: int) -> set[int]:
     """ids of the accepted cases to run: every edge and random case, and up to ``catalog_limit``
     catalog cases chosen round-robin over the models (in a seeded order)."""
@@ -356,6 +217,7 @@ def run_conformance(
     options: SuiteOptions | None = None,
     *,
     progress: ProgressCallback | None = None,
+    estimate: EstimateCallback | None = None,
     **overrides: Any,
 ) -> ConformanceReport:
     """Run the conformance suite on ``target`` and return a :class:`ConformanceReport`.
@@ -364,6 +226,8 @@ def run_conformance(
     ``package.module:Class``. ``overrides`` replace fields of ``options`` (``seed=1, random_cases=8``).
     Never raises for a plugin's failure: every finding is in the report. Raises
     :class:`~sglang_moe_plugins.testing.PluginLoadError` when ``target`` cannot be loaded.
+    ``estimate(seconds, cases)`` is called once, after the first cases ran, when the whole run is
+    estimated to take longer than :data:`ESTIMATE_THRESHOLD_S` seconds (the CLI prints it).
     """
     started = time.perf_counter()
     valid = [f.name for f in dataclasses.fields(SuiteOptions)]
@@ -415,6 +279,11 @@ def run_conformance(
             return report(NONE, "the plugin does not satisfy the contract; nothing else was checked")
     else:
         checks.ok("contract")
+    wrong_name = check_name(plugin, loaded.entry_point)
+    if wrong_name:
+        checks.fail("name", None, wrong_name)
+    else:
+        checks.ok("name")
 
     if op not in OPS:
         return report(NONE, f"op {op!r} is not a known op (known: {', '.join(sorted(OPS))}); nothing to check")
@@ -438,6 +307,10 @@ def run_conformance(
 
     results: list[CaseResult] = []
     total = len(drawn)
+    run_cost = getattr(adapter, "cost", None)
+    costs = {id(c): float(run_cost(c)) if callable(run_cost) else 1.0 for c in drawn if id(c) in to_run}
+    pending, spent, ran_seconds, estimated = sum(costs.values()), 0.0, 0.0, False
+    runs_started = time.perf_counter()
     for index, case in enumerate(drawn):
         if progress is not None:
             progress(index, total, case.label)
@@ -451,11 +324,20 @@ def run_conformance(
             status = "probed"
         else:
             try:
-                failures = failures + _execute(plugin, adapter, case, device, checks)
+                failures = failures + execute_case(plugin, adapter, case, device, checks)
             except Exception as exc:  # noqa: BLE001 - a suite problem must not hide as a pass
                 logger.exception("conformance suite error on case %s", case.label)
                 failures = failures + [checks.fail("run_no_crash", case, f"the suite itself failed on this case: {_error_text(exc)}")]
             status = FAILED if failures else PASSED
+            spent += costs.get(id(case), 0.0)
+            ran_seconds += time.perf_counter() - case_start
+            if not estimated and spent and (ran_seconds > 1.0 or spent >= 0.1 * pending):
+                estimated = True
+                total_s = (time.perf_counter() - started) + ran_seconds / spent * (pending - spent)
+                if total_s > ESTIMATE_THRESHOLD_S:
+                    logger.info("sglang-moe-plugins conformance: estimated %.0f s in all (%d cases to run)", total_s, len(costs))
+                    if estimate is not None:
+                        estimate(total_s, len(costs))
         if failures and status in ("rejected", "probed"):
             status = FAILED
         results.append(
@@ -464,6 +346,10 @@ def run_conformance(
         )
     if progress is not None:
         progress(total, total, "")
+    logger.debug("conformance runs took %.2f s", time.perf_counter() - runs_started)
+    from .expert_parallel import check_expert_parallel
+
+    check_expert_parallel(plugin, loaded, adapter, [c for c in drawn if answers[id(c)][0]], checks, options, platform, device)
 
     if timings:
         median = statistics.median(timings)
@@ -478,11 +364,19 @@ def run_conformance(
         checks.notes["supports_cheap"] = (f"median {median:.1f} us, slowest {slowest:.1f} us after the first call ({timings[0]:.1f} us); "
                                           f"budget {budget:.0f} us median, {options.supports_limit_us:.0f} us per call")
     if adapter.coverage != FULL:
-        for key in ("run_no_crash", "output_layout", "inputs_unchanged", "rows_written", "numerics", "prepare"):
+        for key in ("run_no_crash", "output_layout", "inputs_unchanged", "rows_written", "numerics", "prepare", "deterministic",
+                    "padding_ignored", "second_call"):
             checks.notes[key] = "not exercised: " + adapter.note
     if not callable(getattr(plugin, "prepare", None)):
         checks.ok("prepare")  # optional: a plugin without it satisfies the contract
         checks.notes.setdefault("prepare", "the plugin has no prepare(): run() is called on every call (allowed)")
+    if not is_deterministic(plugin):
+        checks.notes["deterministic"] = ("the plugin declares deterministic = False: repeated calls are compared within the "
+                                         "tolerance, not bit for bit")
+    if not callable(getattr(adapter, "repad", None)) or not any(getattr(adapter, "has_padding", lambda c: True)(c) for c in drawn):
+        checks.notes.setdefault("padding_ignored", f"op {op} has no padding rows in its inputs")
+        if not checks.failures.get("padding_ignored"):
+            checks.ok("padding_ignored")
     rejected = sum(1 for r in results if r.status == "rejected")
     probed = sum(1 for r in results if r.status == "probed")
     checks.notes.setdefault("supports_answer", f"{len(drawn) - rejected} accepted, {rejected} rejected")

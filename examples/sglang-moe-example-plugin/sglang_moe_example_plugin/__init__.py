@@ -1,5 +1,6 @@
 """An example third-party kernel plugin for sglang-moe-plugins (see README.md)."""
 
+from .mega import ExampleTorchMegaPlugin
 from .plugin import ExampleTorchPlugin
 
-__all__ = ["ExampleTorchPlugin"]
+__all__ = ["ExampleTorchPlugin", "ExampleTorchMegaPlugin"]

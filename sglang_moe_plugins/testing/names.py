@@ -1,0 +1,70 @@
+"""The ``name`` check: a plugin may not take a built-in plugin's name, and its entry point is named as it is.
+
+The built-in names are read from this package's own distribution (``sglang-moe-plugins``): the entry
+points it declares in group ``sglang_moe_plugins.kernels``. A third-party plugin of the same name would
+replace the built-in (or be dropped as a duplicate) in the registry, so the kit fails it. The built-in
+plugins themselves (the class the built-in entry point names) pass.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+from typing import Any
+
+from ..registry import ENTRY_POINT_GROUP
+
+try:
+    from importlib.metadata import PackageNotFoundError, distribution, entry_points
+except ImportError:  # pragma: no cover
+    from importlib_metadata import PackageNotFoundError, distribution, entry_points  # type: ignore[no-redef]
+
+__all__ = ["DISTRIBUTION", "builtin_plugins", "check_name"]
+
+logger = logging.getLogger(__name__)
+
+#: The distribution whose entry points are the built-in plugins.
+DISTRIBUTION = "sglang-moe-plugins"
+
+
+def builtin_plugins() -> dict[str, str]:
+    """``name -> "module:Class"`` of the built-in plugins (this package's own entry points)."""
+    try:
+        eps = distribution(DISTRIBUTION).entry_points
+    except PackageNotFoundError:  # running from a checkout without an install: any distribution naming our modules
+        eps = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.value.startswith("sglang_moe_plugins.")]
+    return {ep.name: ep.value for ep in eps if ep.group == ENTRY_POINT_GROUP}
+
+
+def _class_path(plugin: Any) -> str:
+    cls = plugin if inspect.isclass(plugin) else type(plugin)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _is_builtin_class(plugin: Any, value: str) -> bool:
+    """The class ``value`` names (re-exported under another module path, say) is the plugin's class."""
+    module, _, attr = value.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception:  # noqa: BLE001 - cannot load the built-in: not the same class
+        return False
+    return obj is plugin or (inspect.isclass(obj) and type(plugin) is obj)
+
+
+def check_name(plugin: Any, entry_point: str | None) -> str | None:
+    """None when ``plugin``'s name is its own; else what is wrong with it."""
+    name = getattr(plugin, "name", None)
+    if not isinstance(name, str):
+        return None  # the contract check reports it
+    builtins = builtin_plugins()
+    own = builtins.get(name)
+    if own is not None and own != _class_path(plugin) and not _is_builtin_class(plugin, own):
+        return (f"plugin name {name!r} is the name of the built-in plugin {own} (distribution {DISTRIBUTION}); a third-party "
+                f"plugin of that name would replace it. Choose another name (built-in names: {', '.join(sorted(builtins))})")
+    if entry_point is not None and entry_point != name:
+        return (f"the entry point is named {entry_point!r} but the plugin's name is {name!r}: users disable, prioritise and "
+                f"configure plugins by name, so name the entry point {name!r} in group {ENTRY_POINT_GROUP}")
+    return None
