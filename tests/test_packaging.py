@@ -72,3 +72,11 @@ def test_classifiers_and_extras(wheel):
     if twine:
         result = subprocess.run([twine, "check", "--strict", str(wheel)], capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_index_page_is_generated_from_the_readme():
+    """README.pypi.md is README.md for the index (tests/readme_for_index.py): one text, never two drifting."""
+    from readme_for_index import render
+
+    assert (ROOT / "README.pypi.md").read_text() == render((ROOT / "README.md").read_text()), (
+        "README.pypi.md is stale: run `python tests/readme_for_index.py`")
