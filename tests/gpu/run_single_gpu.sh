@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One H200, one call: every single-GPU test file of tests/gpu (no SGLang on the machine; DeepGEMM's SM90
+# MegaMoE from sgl-deep-gemm 0.1.5.post1) plus the CPU interpreter/specialisation tests, under xdist.
+# Needs the wheels in .whl/ (sgl-deep-gemm 0.1.5.post1, apache-tvm-ffi 0.1.11, cp312; carry .whl). Set
+# GIT_COMMIT to the commit of the copied tree (recorded in env.txt). Writes $OUT/env.txt, $OUT/tests.txt,
+# $OUT/summary.txt. Budget: TESTS_TIMEOUT seconds (default 420) for the tests.
+set -u
+OUT=${OUT:-/tmp/gpu_out}
+mkdir -p "$OUT"
+T0=$(date +%s)
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > "$OUT/env.txt" 2>&1
+rm -rf /tmp/di
+python3 benchmarks/checkout_dist_info.py /tmp/di >> "$OUT/env.txt" 2>&1
+export PYTHONPATH=/tmp/site:/tmp/di:$PWD:$PWD/tests:$PWD/tests/gpu
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export GIT_COMMIT=${GIT_COMMIT:-unknown} SGLANG_MOE_PLUGINS_COMMIT=${GIT_COMMIT:-unknown}
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  python3 -c "import sys, torch, deep_gemm; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda); print('deep_gemm', deep_gemm.__version__)"
+  python3 -c "import triton; print('triton', triton.__version__)"
+  python3 -c "import importlib.metadata as m; print('entry points', sorted(e.name for e in m.entry_points(group='sglang_moe_plugins.kernels')))"
+  echo "commit $GIT_COMMIT"
+} >> "$OUT/env.txt" 2>&1
+XDIST=""
+python3 -c "import xdist" 2>/dev/null && XDIST="-n ${XDIST_WORKERS:-6}"
+timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest -q -rfE -p no:cacheprovider $XDIST --durations=10 \
+  tests/gpu/test_triton_silu_mul_quant.py tests/gpu/test_cuda_graphs.py tests/gpu/test_mega_gpu.py \
+  tests/gpu/test_mega_deepgemm_sm90.py tests/gpu/test_bad_inputs_cuda.py tests/gpu/test_fuzz_cuda.py \
+  tests/test_mega_pre_dispatch_interpreter.py tests/test_triton_specialisation.py tests/test_mega_e2m1_ties.py \
+  > "$OUT/tests.txt" 2>&1
+RC=$?
+T1=$(date +%s)
+{ echo "tests rc=$RC (124 = timed out), $((T1 - T0)) s"; tail -4 "$OUT/tests.txt"; } > "$OUT/summary.txt"
+cat "$OUT/summary.txt"
