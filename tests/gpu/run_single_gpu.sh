@@ -26,7 +26,7 @@ python3 -c "import xdist" 2>/dev/null && XDIST="-n ${XDIST_WORKERS:-6}"
 timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest -q -rfE -p no:cacheprovider $XDIST --durations=10 \
   tests/gpu/test_triton_silu_mul_quant.py tests/gpu/test_cuda_graphs.py tests/gpu/test_mega_gpu.py \
   tests/gpu/test_mega_deepgemm_sm90.py tests/gpu/test_bad_inputs_cuda.py tests/gpu/test_fuzz_cuda.py \
-  tests/test_mega_pre_dispatch_interpreter.py tests/test_triton_specialisation.py tests/test_mega_e2m1_ties.py \
+  tests/test_mega_pre_dispatch_interpreter.py tests/test_triton_specialisation.py \
   > "$OUT/tests.txt" 2>&1
 RC=$?
 T1=$(date +%s)
