@@ -1,6 +1,6 @@
 """Probe: for which (E, N) does SGLang 0.5.23's masked fused per_token_group_quant (the fp8_fallback path)
 leave real rows' scales unwritten? Runs the plugin over SGLang's kernels built from the wheel's JIT
-sources (benchmarks/sglang_jit.py) and prints, per layout, the (E, N) pairs with unwritten real rows."""
+sources (sglang_moe_plugins/bench/sglang_kernels.py) and prints, per layout, the (E, N) pairs with unwritten real rows."""
 
 from __future__ import annotations
 
