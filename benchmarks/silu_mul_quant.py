@@ -35,7 +35,6 @@ import datetime
 import json
 import os
 import pathlib
-import time
 import traceback
 
 import torch

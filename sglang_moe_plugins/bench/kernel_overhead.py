@@ -121,7 +121,7 @@ def pre_dispatch_section(iters: int, repeats: int) -> list[dict[str, Any]]:
     device = x.device
 
     def import_statement() -> None:  # what mega_deep_gemm._our_pre_dispatch runs on every call
-        from ..plugins._mega_pre_dispatch_triton import pre_dispatch  # noqa: F401
+        from sglang_moe_plugins.plugins._mega_pre_dispatch_triton import pre_dispatch  # noqa: F401
 
     cases: dict[str, Callable[[], Any]] = {
         "pre_dispatch (JIT path, decisions per call)": lambda: P.pre_dispatch(x, ids, w, *bufs, variant=variant),
