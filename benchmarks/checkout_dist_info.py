@@ -11,8 +11,8 @@ plugins (group ``sglang_moe_plugins.kernels``) exactly as an installed copy woul
 
 from __future__ import annotations
 
+import argparse
 import pathlib
-import sys
 
 from sglang_moe_plugins.bench.dist_info import checkout_dist_info
 
@@ -24,4 +24,6 @@ def main(target: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/dist-info")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("target", nargs="?", default="/tmp/dist-info", help="directory to write the dist-info into")
+    main(parser.parse_args().target)
