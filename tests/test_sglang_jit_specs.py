@@ -1,7 +1,7 @@
 """The GPU machine's long fuzz loads SGLang's kernels compiled ahead of time, one module per template
 combination (tests/gpu/run_long_fuzz.py --compile-host). On CPU: the combinations it enumerates
-(benchmarks/sglang_jit.plugin_specs) are exactly those that SGLang's wrappers (as rebuilt in
-benchmarks/sglang_jit.py) derive when the jit_ep and fp8_fallback plugins run those calls."""
+(sglang_moe_plugins.bench.sglang_kernels.plugin_specs) are exactly those that SGLang's wrappers (as rebuilt in
+sglang_moe_plugins/bench/sglang_kernels.py) derive when the jit_ep and fp8_fallback plugins run those calls."""
 
 from __future__ import annotations
 
@@ -15,14 +15,13 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests" / "gpu"))
 pytest.importorskip("tvm_ffi")
 
 import fuzz_cases as fc  # noqa: E402
 import run_long_fuzz  # noqa: E402
-import sglang_jit  # noqa: E402
 
+from sglang_moe_plugins.bench import sglang_kernels as sglang_jit  # noqa: E402
 from sglang_moe_plugins.hardware import Platform  # noqa: E402
 from sglang_moe_plugins.host_kernels import use_host_kernels  # noqa: E402
 from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
@@ -39,7 +38,7 @@ class _NoOpModule:
 
 
 class _RecordingJit(sglang_jit.SglangJit):
-    """SGLang's wrappers as rebuilt in benchmarks/sglang_jit.py, recording the module each call asks for."""
+    """SGLang's wrappers as rebuilt in sglang_moe_plugins/bench/sglang_kernels.py, recording the module each call asks for."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root, root / "build")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import os
 from collections import defaultdict
 from dataclasses import fields
 from typing import Any
@@ -9,7 +11,8 @@ from typing import Any
 from .._cli_util import table
 from .runner import BenchCase, Measurement, geomean
 
-__all__ = ["results_table", "payload", "rank_plugins", "shape_rules", "priority_toml", "plot"]
+__all__ = ["results_table", "payload", "rank_plugins", "shape_rules", "priority_toml", "plot", "smq_table", "smq_summary",
+           "smq_plot"]
 
 
 def _cell(m: Measurement) -> str:
@@ -152,3 +155,110 @@ def plot(cases: list[BenchCase], results: list[Measurement], path: str, title: s
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# ------------------------------------------------------------------ benchmarks/silu_mul_quant.py
+def smq_table(results: list[dict], bw: float, device: str, date: str) -> str:
+    """The markdown table of ``benchmarks/silu_mul_quant.py``: one row per case, the paths side by side."""
+    lines = [f"# silu_mul_quant on {device}, {date}", "",
+             f"Copy ceiling (device-to-device, read + write): {bw / 1e12:.2f} TB/s. Times: median per call over "
+             "CUDA-graph replays, inputs rotated beyond L2. frac = floor / time. x_jit = jit_ep time / triton time "
+             "(triton in jit_ep's layout). same-bytes copy: a plain device copy moving the case's floor bytes, timed "
+             "the same way (what a copy reaches at this size).", "",
+             "| case | E | N | D | rows | scales | limit | floor us | triton us (frac) | jit_ep us (frac) | x_jit "
+             "| fp8_fallback us (frac) | same-bytes copy us (frac) | reference us | check |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        c = r["case"]
+        p = r["paths"]
+
+        def cell(k):
+            v = p.get(k)
+            if v is None:
+                return "-"
+            if "error" in v:
+                return "ERR"
+            return f"{v['us']:.2f} ({v['frac']:.2f})"
+
+        ratio = "-"
+        if "jit_ep" in p and "us" in p["jit_ep"]:
+            tri = p.get("triton_rm" if c["layout"] == "column_major" else "triton")
+            if tri and "us" in tri:
+                ratio = f"{p['jit_ep']['us'] / tri['us']:.2f}"
+        jit_cell = cell("jit_ep") if "jit_ep" in p else ("rejected" if r.get("jit_rejected") else "-")
+        checks = r.get("checks", {})
+        ok = "ok" if all(v.get("pass") for k, v in checks.items() if k.startswith("triton")) else "FAIL"
+        scales = "ue8m0" if c["layout"] == "ue8m0_packed" else "fp32"
+        if c["gs"] != 128:
+            scales += f" g{c['gs']}"
+        if c["swizzle"]:
+            scales += " swz"
+        ref = f"{p['reference']['us']:.0f}" if "us" in p.get("reference", {}) else "-"
+        lines.append(f"| {c['name']} | {c['E']} | {c['N']} | {c['D']} | {r['rows']} | {scales} | {c['limit'] or '-'} "
+                     f"| {r['floor_us']:.2f} | {cell('triton')} | {jit_cell} | {ratio} | {cell('fp8_fallback')} "
+                     f"| {cell('copy_same_bytes')} | {ref} | {ok} |")
+    return "\n".join(lines)
+
+
+def smq_summary(results: list[dict]) -> dict:
+    """``benchmarks/silu_mul_quant.py``'s summary: the ratios and fractions against their targets."""
+    ratios, decode, big, rejected, skew, plugin_ratios = [], [], [], [], {}, []
+    for r in results:
+        c, p = r["case"], r["paths"]
+        tri = p.get("triton", {})
+        if "jit_ep" in p and "us" in p["jit_ep"]:
+            t = p.get("triton_rm" if c["layout"] == "column_major" else "triton", {})
+            if "us" in t:
+                ratios.append((c["name"], p["jit_ep"]["us"] / t["us"]))
+                if "us" in p.get("jit_ep_plugin", {}):
+                    plugin_ratios.append((c["name"], p["jit_ep_plugin"]["us"] / t["us"]))
+        if "us" not in tri:
+            continue
+        if r["rows"] <= 512:
+            decode.append((c["name"], tri["us"]))
+        if r["rows"] >= 8192 and c["D"] >= 2048:
+            big.append((c["name"], tri["frac"]))
+        if r.get("jit_rejected") and r["rows"] >= 8192:
+            rejected.append((c["name"], tri["frac"]))
+        base = c["name"].replace(" skew", "")
+        skew.setdefault(base, {})["skew" if c["routing"] == "skew" else "uniform"] = tri["us"]
+    geo = math.exp(sum(math.log(x) for _, x in ratios) / len(ratios)) if ratios else float("nan")
+    skews = {k: v["skew"] / v["uniform"] for k, v in skew.items() if "skew" in v and "uniform" in v}
+    return {
+        "vs_jit": {"per_case": ratios, "min": min((x for _, x in ratios), default=None), "geomean": geo,
+                   "target": "every >= 1.0, geomean >= 1.2"},
+        "vs_jit_ep_plugin": {"per_case": plugin_ratios, "min": min((x for _, x in plugin_ratios), default=None),
+                             "geomean": math.exp(sum(math.log(x) for _, x in plugin_ratios) / len(plugin_ratios))
+                             if plugin_ratios else float("nan"), "use": "default priorities (what selection compares)"},
+        "decode_us": {"per_case": decode, "max": max((x for _, x in decode), default=None), "target": "<= 6 us"},
+        "big_frac": {"per_case": big, "min": min((x for _, x in big), default=None), "target": ">= 0.90"},
+        "jit_rejected_frac": {"per_case": rejected, "min": min((x for _, x in rejected), default=None),
+                              "target": ">= 0.80"},
+        "skew_ratio": {"per_case": skews, "max": max(skews.values(), default=None), "target": "<= 1.10"},
+    }
+
+
+def smq_plot(results: list[dict], path: str | os.PathLike[str], title: str) -> None:
+    """Fraction of the copy ceiling per case of ``triton``, ``jit_ep`` and ``fp8_fallback`` (matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["case"]["name"] for r in results]
+    fig, ax = plt.subplots(figsize=(max(10, len(names) * 0.55), 6))
+    width = 0.27
+    for i, (key, label) in enumerate((("triton", "triton"), ("jit_ep", "jit_ep (SGLang DSV4 JIT)"),
+                                      ("fp8_fallback", "fp8_fallback (SGLang per_token_group_quant)"))):
+        vals = [r["paths"].get(key, {}).get("frac", 0.0) for r in results]
+        ax.bar([j + (i - 1) * width for j in range(len(names))], vals, width, label=label)
+    ax.axhline(0.9, color="k", ls="--", lw=0.8)
+    ax.axhline(0.8, color="gray", ls=":", lw=0.8)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=70, ha="right", fontsize=7)
+    ax.set_ylabel("fraction of copy ceiling (real-row bytes)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+

@@ -73,9 +73,8 @@ def host_specs(seed: int, examples: int) -> tuple[list, list]:
     import torch
 
     sys.path.insert(0, str(HERE.parent))
-    sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))
     import fuzz_cases as fc
-    from sglang_jit import plugin_specs
+    from sglang_moe_plugins.bench.sglang_kernels import plugin_specs
 
     from sglang_moe_plugins.hardware import Platform
     from sglang_moe_plugins.host_kernels import HostKernels, use_host_kernels
@@ -102,9 +101,9 @@ def host_specs(seed: int, examples: int) -> tuple[list, list]:
 def compile_host(directory: Path, seed: int, examples: int, workers: int) -> int:
     """Compile (no GPU needed, nvcc and tvm-ffi are) SGLang's kernels for the long run into ``directory``
     in the layout of ``.device/sgl_prebuilt``; modules already there are skipped."""
-    dsv4, ptgq = host_specs(seed, examples)  # puts benchmarks/ on sys.path
+    dsv4, ptgq = host_specs(seed, examples)  # puts tests/gpu on sys.path
     from sglang_host import JIT_ROOT
-    from sglang_jit import SglangJit
+    from sglang_moe_plugins.bench.sglang_kernels import SglangJit
 
     jit = SglangJit(JIT_ROOT, directory)
 

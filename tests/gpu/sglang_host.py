@@ -2,7 +2,7 @@
 
 ``jit_ep`` and ``fp8_fallback`` call SGLang's kernels through :mod:`sglang_moe_plugins.host_kernels`.
 Where SGLang itself is not installed, :func:`sglang_jit` builds those kernels from the sglang wheel's JIT
-sources through tvm-ffi (``benchmarks/sglang_jit.py``), loading modules compiled ahead of time from
+sources through tvm-ffi (``sglang_moe_plugins/bench/sglang_kernels.py``), loading modules compiled ahead of time from
 ``.device/sgl_prebuilt`` when they are there. Install them around a call with
 ``use_host_kernels(jit.host_kernels())``.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import sys
 
 __all__ = ["ROOT", "JIT_ROOT", "PREBUILT", "sglang_jit"]
 
@@ -31,9 +30,7 @@ def sglang_jit(build_root: str | os.PathLike | None = None):
         return None, "tvm-ffi is not importable"
     if not (JIT_ROOT / "csrc").is_dir():
         return None, f"SGLang's JIT sources are not at {JIT_ROOT}"
-    if str(ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-    from sglang_jit import SglangJit
+    from sglang_moe_plugins.bench.sglang_kernels import SglangJit
 
     build = build_root or f"/tmp/sgl_jit_build/pid{os.getpid()}"
     return SglangJit(JIT_ROOT, build, prebuilt_root=PREBUILT), None

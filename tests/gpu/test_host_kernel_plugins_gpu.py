@@ -1,5 +1,5 @@
 """Issue 3 on the GPU: ``jit_ep`` and ``fp8_fallback`` run SGLang 0.5.23's own CUDA kernels (built from
-the sglang wheel's JIT sources through tvm-ffi, ``benchmarks/sglang_jit.py``) through the plugins' own
+the sglang wheel's JIT sources through tvm-ffi, ``sglang_moe_plugins/bench/sglang_kernels.py``) through the plugins' own
 argument and layout handling, against the ``reference`` plugin, for every catalog shape they support.
 
 Skipped without CUDA, tvm-ffi or the JIT sources. Run on the GPU machine from the repository root:
