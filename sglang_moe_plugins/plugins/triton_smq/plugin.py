@@ -5,25 +5,27 @@ Every shape the op allows (any E, any N, any D that is a multiple of the group s
 and all three scale layouts. One launch per call, no host sync, CUDA-graph capturable; one
 compiled kernel per shape family (E, D, group size, layout, flags), whatever N and ``masked_m``.
 
-Importing this module imports neither Triton nor the kernel: both load on the first ``prepare`` or
-``run``. ``prepare(shape, config)`` returns the launch of a shape key with every shape-dependent
-decision made once (the hooked path calls it through ``Selector.bind``); ``run`` uses the same
-prepared launch, cached per shape key and device.
+Importing this module imports neither Triton nor the kernel: both load (:mod:`.launch`, which
+imports :mod:`.kernel`) on the first ``prepare`` or ``run``. ``prepare(shape, config)`` returns the
+launch of a shape key with every shape-dependent decision made once (the hooked path calls it through
+``Selector.bind``, which keeps the bound op per key). ``run`` is for callers that go through it
+directly (the conformance suite, ``check``): it keeps the launches it prepared, per shape key and
+device, so that repeated calls of one key are planned and compiled once.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import threading
 from types import MappingProxyType
 from typing import Any, Callable
 
 import torch
 
-from ..contract import Plugin, Support
-from ..hardware import Platform, triton_available
-from ..ops.silu_mul_quant import (
+from ...contract import Plugin, Support
+from ...hardware import Platform, triton_available
+from ...log import get_logger
+from ...ops.silu_mul_quant import (
     GROUP_SIZES,
     OP,
     SiluMulQuantConfig,
@@ -41,12 +43,12 @@ _MAX_INT32 = 2**31 - 1
 #: Shape keys ``run`` keeps a prepared launch for (then it starts over, with one log line).
 _MAX_PREPARED = 1024
 _LOCK = threading.Lock()
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 @functools.lru_cache(maxsize=64)
 def _bf16_limit(limit: float) -> float:
-    from ..quant import round_to_bf16
+    from ...quant import round_to_bf16
 
     return round_to_bf16(limit)
 
@@ -71,7 +73,8 @@ class TritonPlugin(Plugin):
 
     @functools.cached_property
     def _launches(self) -> dict[tuple, Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]]:
-        """``run``'s prepared launches per (shape, config, device index); created on first use."""
+        """``run``'s prepared launches per (shape, config, device index); created on first use. The
+        hooked path never fills it: the Selector calls ``prepare`` once per key and keeps the bound op."""
         return {}
 
     def available(self, platform: Platform) -> Support:
@@ -112,23 +115,27 @@ class TritonPlugin(Plugin):
         """The launch for this shape key, decided once: launch configuration, constexprs, grid (from
         the compiled kernel's occupancy), PDL, the bf16-rounded ``swiglu_limit`` and the scale
         strides of the layout. On CUDA the kernel is compiled here and each call goes to its
-        launcher directly (no JIT dispatch); see ``_triton_silu_mul_quant.prepare_launch``."""
-        from . import _triton_silu_mul_quant as kernel
+        launcher directly (no JIT dispatch); see :func:`.launch.prepare_launch`."""
+        from . import launch as launcher
 
         device_index = torch.cuda.current_device() if config.platform.is_cuda else None
-        return self._prepare(shape, config, device_index, kernel)
+        return self._prepare(shape, config, device_index, launcher)
 
     def _prepare(self, shape: SiluMulQuantShape, config: SiluMulQuantConfig, device_index: int | None,
-                 kernel: Any) -> Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]:
+                 launcher: Any) -> Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]:
+        """``prepare`` for ``device_index`` through the module ``launcher`` (:mod:`.launch`; tests pass
+        it with its device queries replaced)."""
+        from .tuning import choose_config
+
         limit = None if config.swiglu_limit is None else _bf16_limit(float(config.swiglu_limit))
-        launch = kernel.prepare_launch(
+        launch = launcher.prepare_launch(
             shape.num_experts, shape.max_rows, shape.hidden,
             group_size=shape.group_size,
             scale_strides=expected_scale_strides(shape, config)[1],
             swiglu_limit=limit,
             swizzle=config.swizzle,
             ue8m0=config.scale_ue8m0,
-            config=kernel.choose_config(shape.num_experts, shape.max_rows, shape.hidden, shape.group_size, shape.topk),
+            config=choose_config(shape.num_experts, shape.max_rows, shape.hidden, shape.group_size, shape.topk),
             pdl=bool(self.options.get("pdl", True)),
             device_index=device_index,
         )
@@ -152,9 +159,9 @@ class TritonPlugin(Plugin):
         key = (shape, config, device_index)
         launch = self._launches.get(key)
         if launch is None:
-            from . import _triton_silu_mul_quant as kernel
+            from . import launch as launcher
 
-            launch = self._prepare(shape, config, device_index, kernel)
+            launch = self._prepare(shape, config, device_index, launcher)
             with _LOCK:
                 if len(self._launches) >= _MAX_PREPARED:
                     logger.warning("triton: more than %d shape keys prepared; dropping the cached launches", _MAX_PREPARED)

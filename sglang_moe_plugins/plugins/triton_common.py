@@ -1,4 +1,5 @@
-"""Shared pieces of this project's Triton launchers: compile once, launch with precomputed arguments.
+"""Shared pieces of this project's Triton launchers (the ``triton`` plugin's ``silu_mul_quant`` kernel,
+the MegaMoE Triton pre-dispatch): compile once, launch with precomputed arguments.
 
 ``kernel[grid](*args, **constexprs)`` (Triton's JIT dispatch) re-derives on every call what a
 bound op already knows: it binds the arguments, specialises each one (dtype, 16-byte alignment,
@@ -24,12 +25,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["next_pow2", "pdl_supported", "triton_has_pdl", "LowLevelLaunch", "ordered_arguments", "compile_specialisation"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["ALIGNMENT", "next_pow2", "pdl_supported", "triton_has_pdl", "LowLevelLaunch", "ordered_arguments",
+           "compile_specialisation"]
 
 #: Pointer alignment the prepared kernels are compiled for (Triton's ``tt.divisibility`` = 16).
 ALIGNMENT = 16
