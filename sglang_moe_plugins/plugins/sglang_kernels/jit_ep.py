@@ -12,11 +12,10 @@ silently skips the rest, so the plugin passes ``topk = max(topk, E)``: every row
 
 from __future__ import annotations
 
-from ..contract import Plugin, Support
-from ..hardware import Platform
-from ..host_kernels import get_host_kernels
-from ..ops.silu_mul_quant import OP, SiluMulQuantConfig, SiluMulQuantShape
-from ._sglang_kernel_support import cuda_host_kernels
+from ...contract import Plugin, Support
+from ...hardware import Platform
+from ...ops.silu_mul_quant import OP, SiluMulQuantConfig, SiluMulQuantShape
+from .host import cuda_host_kernels, get_host_kernels
 
 __all__ = ["JitEpPlugin", "MAX_EXPERTS", "MAX_HIDDEN"]
 

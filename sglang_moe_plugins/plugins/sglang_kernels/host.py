@@ -1,4 +1,5 @@
-"""A narrow indirection to the host's (SGLang's) own CUDA kernels used by ``jit_ep`` and ``fp8_fallback``.
+"""A narrow indirection to the host's (SGLang's) own CUDA kernels used by ``jit_ep`` and ``fp8_fallback``,
+and the check both plugins share (:func:`cuda_host_kernels`).
 
 By default the functions come from SGLang's Python wrappers, imported on first use:
 
@@ -12,6 +13,9 @@ By default the functions come from SGLang's Python wrappers, imported on first u
 A machine without SGLang installed (the GPU machine used for benchmarks) can build the same kernels
 from the sglang wheel's JIT sources and install them with :func:`use_host_kernels`, so that the
 plugins' own argument and layout handling is what runs and is tested.
+
+:func:`sglang_mega_pre_dispatch` reaches SGLang's JIT MegaMoE pre-dispatch kernel (imported on call,
+never at import time).
 """
 
 from __future__ import annotations
@@ -23,7 +27,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-__all__ = ["HostKernels", "get_host_kernels", "use_host_kernels", "host_kernels_source"]
+from ...contract import Support
+from ...hardware import Platform
+
+__all__ = ["HostKernels", "get_host_kernels", "use_host_kernels", "host_kernels_source", "cuda_host_kernels",
+           "sglang_mega_pre_dispatch"]
 
 
 @dataclass(frozen=True)
@@ -90,3 +98,26 @@ def use_host_kernels(kernels: HostKernels) -> Iterator[HostKernels]:
     finally:
         with _lock:
             _override = previous
+
+
+def cuda_host_kernels(platform: Platform, min_sm: int | None = None) -> Support:
+    """Yes when the call is on CUDA (at least ``sm{min_sm}``) and SGLang's kernels can be reached."""
+    if not platform.is_cuda:
+        return Support.no(f"requires a CUDA device, the call is on {platform}")
+    if min_sm is not None and (platform.sm or 0) < min_sm:
+        return Support.no(f"requires CUDA sm{min_sm}+, the device is sm{platform.sm}")
+    source = host_kernels_source()
+    if source is None:
+        return Support.no("SGLang's kernels are not importable (install sglang, or install a HostKernels override)")
+    return Support.yes(f"SGLang kernels from {source}")
+
+
+def sglang_mega_pre_dispatch() -> Callable[..., Any]:
+    """SGLang's JIT MegaMoE pre-dispatch kernel, ``sglang.kernels.ops.moe.dsv4.mega_moe_pre_dispatch``
+    (SGLang 0.5.23: ``(x, topk_idx, topk_weights, buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights,
+    quant_group_size=32, *, shared_x_sf=None, shared_block_m=0, copy_topk=True) -> None``), imported on
+    this call. Raises
+    ImportError when the installed SGLang does not have it. Not covered by :func:`use_host_kernels`."""
+    from sglang.kernels.ops.moe.dsv4 import mega_moe_pre_dispatch
+
+    return mega_moe_pre_dispatch

@@ -9,12 +9,11 @@ require fp32 intermediates (``keep_fp32``), and it cannot read gran-8 swizzled i
 
 from __future__ import annotations
 
-from ..contract import Plugin, Support
-from ..hardware import Platform
-from ..host_kernels import get_host_kernels
-from ..ops.silu_mul_quant import GROUP_SIZES, OP, SiluMulQuantConfig, SiluMulQuantShape, split_gate_up
-from ..quant import round_to_bf16
-from ._sglang_kernel_support import cuda_host_kernels
+from ...contract import Plugin, Support
+from ...hardware import Platform
+from ...ops.silu_mul_quant import GROUP_SIZES, OP, SiluMulQuantConfig, SiluMulQuantShape, split_gate_up
+from ...quant import round_to_bf16
+from .host import cuda_host_kernels, get_host_kernels
 
 __all__ = ["Fp8FallbackPlugin", "GROUP_SIZES"]  # GROUP_SIZES: the op's (re-exported)
 
