@@ -161,7 +161,7 @@ def test_fuzz_mega_reference(mega_oracle, case):
 
 
 def _mega_plugin():
-    from sglang_moe_plugins.plugins.mega_reference import MegaReferencePlugin
+    from sglang_moe_plugins.plugins.reference.mega_moe import MegaReferencePlugin
 
     return MegaReferencePlugin()
 

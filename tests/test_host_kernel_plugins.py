@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from sglang_moe_plugins.hardware import Platform
-from sglang_moe_plugins.host_kernels import HostKernels, get_host_kernels, use_host_kernels
 from sglang_moe_plugins.ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantInputs, SiluMulQuantShape, allocate_outputs
-from sglang_moe_plugins.plugins.fp8_fallback import Fp8FallbackPlugin
-from sglang_moe_plugins.plugins.jit_ep import JitEpPlugin
+from sglang_moe_plugins.plugins.sglang_kernels.fp8_fallback import Fp8FallbackPlugin
+from sglang_moe_plugins.plugins.sglang_kernels.host import HostKernels, get_host_kernels, sglang_mega_pre_dispatch, use_host_kernels
+from sglang_moe_plugins.plugins.sglang_kernels.jit_ep import JitEpPlugin
 
 SM90 = Platform.cuda(9, 0)
 
@@ -160,3 +160,11 @@ def test_default_host_kernels_are_sglangs():
     kernels = get_host_kernels()
     assert kernels.source == "sglang"
     assert kernels.silu_and_mul_masked_post_quant.__module__ == "sglang.kernels.ops.moe.dsv4"
+
+
+def test_sglang_mega_pre_dispatch_is_sglangs_jit_kernel():
+    """The lookup the MegaMoE launch uses for ``host_pre_dispatch == "sglang"``: SGLang's own function."""
+    pytest.importorskip("sglang")
+    from sglang.kernels.ops.moe import dsv4
+
+    assert sglang_mega_pre_dispatch() is dsv4.mega_moe_pre_dispatch

@@ -14,9 +14,13 @@ def test_import_has_no_side_effects():
         before = dict(os.environ)
         import torch
         import sglang_moe_plugins, sglang_moe_plugins.cli, sglang_moe_plugins.integrations.sglang
-        import sglang_moe_plugins.plugins.reference, sglang_moe_plugins.plugins.jit_ep, sglang_moe_plugins.plugins.fp8_fallback
+        import sglang_moe_plugins.plugins.reference, sglang_moe_plugins.plugins.reference.silu_mul_quant
+        import sglang_moe_plugins.plugins.reference.mega_moe, sglang_moe_plugins.plugins.triton_smq.plugin
+        import sglang_moe_plugins.plugins.triton_smq.tuning, sglang_moe_plugins.plugins.triton_common
+        import sglang_moe_plugins.plugins.sglang_kernels.jit_ep, sglang_moe_plugins.plugins.sglang_kernels.fp8_fallback
+        import sglang_moe_plugins.plugins.sglang_kernels.host
         import importlib
-        for name in ("triton", "mega_reference", "mega_deep_gemm"):
+        for name in ("triton", "mega_reference", "mega_deep_gemm", "jit_ep", "fp8_fallback"):
             try:
                 importlib.import_module("sglang_moe_plugins.plugins." + name)
             except ModuleNotFoundError as exc:

@@ -11,7 +11,7 @@ from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
 from sglang_moe_plugins.ops import mega_moe_numerics as nm
 from sglang_moe_plugins.ops.mega_moe_sm90_numerics import SM90_EXACT, Sm90Numerics
-from sglang_moe_plugins.plugins.mega_reference import MegaReferencePlugin
+from sglang_moe_plugins.plugins.reference.mega_moe import MegaReferencePlugin
 
 dgm = pytest.importorskip("deep_gemm.utils.math", reason="sgl-deep-gemm's torch references quantize x independently")
 

@@ -23,10 +23,10 @@ import run_long_fuzz  # noqa: E402
 
 from sglang_moe_plugins.bench import sglang_kernels as sglang_jit  # noqa: E402
 from sglang_moe_plugins.hardware import Platform  # noqa: E402
-from sglang_moe_plugins.host_kernels import use_host_kernels  # noqa: E402
 from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
-from sglang_moe_plugins.plugins.fp8_fallback import Fp8FallbackPlugin  # noqa: E402
-from sglang_moe_plugins.plugins.jit_ep import JitEpPlugin  # noqa: E402
+from sglang_moe_plugins.plugins.sglang_kernels.fp8_fallback import Fp8FallbackPlugin  # noqa: E402
+from sglang_moe_plugins.plugins.sglang_kernels.host import use_host_kernels  # noqa: E402
+from sglang_moe_plugins.plugins.sglang_kernels.jit_ep import JitEpPlugin  # noqa: E402
 
 
 class _NoOpModule:

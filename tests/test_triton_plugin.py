@@ -13,8 +13,8 @@ import pytest
 
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantShape
-from sglang_moe_plugins.plugins import triton as triton_plugin_module
-from sglang_moe_plugins.plugins.triton import TritonPlugin
+from sglang_moe_plugins.plugins.triton_smq import plugin as triton_plugin_module
+from sglang_moe_plugins.plugins.triton_smq.plugin import TritonPlugin
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 H200 = Platform.cuda(9, 0)
@@ -35,11 +35,11 @@ def test_import_does_not_import_triton_or_touch_cuda():
     out = _run_python(
         """
         import sys, json, torch
-        import sglang_moe_plugins.plugins.triton as t
+        import sglang_moe_plugins.plugins.triton_smq.plugin as t
         plugin = t.TritonPlugin()
         print(json.dumps({
             "triton": "triton" in sys.modules,
-            "kernel": "sglang_moe_plugins.plugins._triton_silu_mul_quant" in sys.modules,
+            "kernel": any(f"sglang_moe_plugins.plugins.triton_smq.{name}" in sys.modules for name in ("kernel", "launch")),
             "cuda_init": torch.cuda.is_initialized(),
         }))
         """
@@ -52,7 +52,7 @@ def test_import_and_answers_without_triton_installed():
         """
         import sys
         sys.modules["triton"] = None  # import triton -> ImportError; find_spec -> None
-        import sglang_moe_plugins.plugins.triton as t
+        import sglang_moe_plugins.plugins.triton_smq.plugin as t
         from sglang_moe_plugins.hardware import Platform
         from sglang_moe_plugins.ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantShape
         p = t.TritonPlugin()
@@ -208,8 +208,9 @@ import triton
 import triton.language as tl
 from sglang_moe_plugins.ops.silu_mul_quant import (SiluMulQuantInputs, allocate_outputs, describe, real_rows,
                                                    split_gate_up)
-from sglang_moe_plugins.plugins import _triton_silu_mul_quant as K
 from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference
+from sglang_moe_plugins.plugins.triton_smq import launch as K
+from sglang_moe_plugins.plugins.triton_smq.tuning import KernelConfig
 from sglang_moe_plugins.quant import quantize_fp8_groups, round_to_bf16, ceil_to_ue8m0
 
 
@@ -277,7 +278,7 @@ def check(E, N, D, gs, layout, limit=None, swizzle=False, masked=None, cfg=None,
             "scales_ok": scales_ok, "padding_untouched": padding_untouched}
 
 
-C = K.KernelConfig
+C = KernelConfig
 results = [
     check(3, 5, 64, 16, "column_major", masked=[5, 0, 3], cfg=C(2, 32)),
     check(3, 5, 64, 32, "ue8m0_packed", masked=[2, 0, 9], cfg=C(2, 32)),  # masked_m > N is clamped
@@ -316,7 +317,7 @@ def test_kernel_logic_under_triton_interpreter():
 
 def test_choose_config_is_a_pure_function_of_sizes():
     pytest.importorskip("triton")
-    from sglang_moe_plugins.plugins._triton_silu_mul_quant import choose_config
+    from sglang_moe_plugins.plugins.triton_smq.tuning import choose_config
 
     for E, N, D, gs in [(32, 1024, 2048, 128), (128, 1024, 768, 128), (512, 256, 512, 128), (8, 4096, 14336, 128),
                         (3, 5, 96, 32), (1, 1, 16, 16), (4, 7, 512, 256)]:
@@ -334,7 +335,7 @@ def test_choose_config_is_a_pure_function_of_sizes():
 # ------------------------------------------------------------------------------ grid sizing
 def test_resident_programs_fallback_bound_from_registers_and_shared(monkeypatch):
     """Without the driver's occupancy call, residency follows registers, threads and shared memory."""
-    K = pytest.importorskip("sglang_moe_plugins.plugins._triton_silu_mul_quant")
+    K = pytest.importorskip("sglang_moe_plugins.plugins.triton_smq.launch")
     import types
 
     monkeypatch.setattr(K, "_libcuda", lambda: None)
@@ -353,7 +354,7 @@ def test_resident_programs_fallback_bound_from_registers_and_shared(monkeypatch)
 
 
 def test_choose_config_waves_by_regime():
-    K = pytest.importorskip("sglang_moe_plugins.plugins._triton_silu_mul_quant")
+    K = pytest.importorskip("sglang_moe_plugins.plugins.triton_smq.tuning")
     decode = K.choose_config(32, 128, 2048, 128)
     assert (decode.ctas_per_sm, decode.waves) == (4, 1)
     few = K.choose_config(48, 2048, 2048, 128)
@@ -370,8 +371,9 @@ _PREPARE_SCRIPT = """
 import json
 import torch
 from sglang_moe_plugins.ops.silu_mul_quant import SiluMulQuantInputs, allocate_outputs, describe
-from sglang_moe_plugins.plugins import _triton_silu_mul_quant as K
-from sglang_moe_plugins.plugins.triton import TritonPlugin
+from sglang_moe_plugins.plugins.triton_smq import launch as K
+from sglang_moe_plugins.plugins.triton_smq.plugin import TritonPlugin
+from sglang_moe_plugins.plugins.triton_smq.tuning import choose_config
 from sglang_moe_plugins.quant import round_to_bf16
 from sglang_moe_plugins.testing.tolerance import poison
 
@@ -402,7 +404,7 @@ for E, N, D, gs, layout, limit, swizzle, seed in [(3, 5, 64, 16, "column_major",
     shape, config = describe(x, m, group_size=gs, topk=8, swiglu_limit=limit, swizzle=swizzle, scale_layout=layout)
     jit, via_run, via_prepare = outputs(shape, config), outputs(shape, config), outputs(shape, config)
     K.launch(x, m, jit.out, jit.scale, group_size=gs, swiglu_limit=None if limit is None else round_to_bf16(limit),
-             swizzle=swizzle, ue8m0=config.scale_ue8m0, config=K.choose_config(E, N, D, gs, 8))
+             swizzle=swizzle, ue8m0=config.scale_ue8m0, config=choose_config(E, N, D, gs, 8))
     before = len(plans)
     for _ in range(3):
         plugin.run(SiluMulQuantInputs(x, m), via_run, shape, config)
@@ -443,23 +445,23 @@ def test_argument_plan_matches_the_kernel_signature():
     pytest.importorskip("triton")
     import inspect
 
-    from sglang_moe_plugins.plugins import _triton_silu_mul_quant as K
-    from sglang_moe_plugins.plugins._triton_launch import ordered_arguments
+    from sglang_moe_plugins.plugins.triton_common import ordered_arguments
+    from sglang_moe_plugins.plugins.triton_smq import launch as K
 
     plan = K.plan_launch(5, 7, 256, group_size=128, scale_strides=(14, 1, 8), swiglu_limit=7.0, swizzle=True,
                          ue8m0=False, device_index=None, pointers=("gateup", "m", "out", "scale"))
     kwargs = plan.kwargs_dict
     runtime = ("gateup", "m", "out", "scale") + plan.runtime
-    fn = K._silu_mul_quant_kernel.fn
+    fn = K.silu_mul_quant_kernel.fn
     signature = inspect.signature(fn)
     params = {name: kwargs[name] for name in signature.parameters if name in kwargs}
     expected = tuple(signature.bind(*runtime, **params).arguments.values())
-    assert ordered_arguments(K._silu_mul_quant_kernel.arg_names, runtime, kwargs) == expected
+    assert ordered_arguments(K.silu_mul_quant_kernel.arg_names, runtime, kwargs) == expected
     assert len(expected) == len(signature.parameters)
     assert plan.runtime == (5, 7, 14, 1, 8, 7.0)
     assert {"num_warps", "num_stages"} <= set(kwargs) - set(signature.parameters)
     with pytest.raises(KeyError, match="BLOCK_E"):
-        ordered_arguments(K._silu_mul_quant_kernel.arg_names, runtime, {k: v for k, v in kwargs.items() if k != "BLOCK_E"})
+        ordered_arguments(K.silu_mul_quant_kernel.arg_names, runtime, {k: v for k, v in kwargs.items() if k != "BLOCK_E"})
 
 
 class _RecordingCompiled:
@@ -484,7 +486,7 @@ def test_low_level_launch_passes_hooks_only_when_installed(monkeypatch):
     pytest.importorskip("triton")
     from triton import knobs
 
-    from sglang_moe_plugins.plugins import _triton_launch as L
+    from sglang_moe_plugins.plugins import triton_common as L
 
     monkeypatch.setattr(L, "_stream_getter", lambda: (lambda index: 7000 + index))
     compiled = _RecordingCompiled()
@@ -508,9 +510,9 @@ def test_low_level_launch_passes_hooks_only_when_installed(monkeypatch):
 
 def test_next_pow2_is_shared():
     from sglang_moe_plugins.plugins import _mega_pre_dispatch_triton as P
-    from sglang_moe_plugins.plugins._triton_launch import next_pow2
+    from sglang_moe_plugins.plugins.triton_common import next_pow2
 
     assert [next_pow2(n) for n in (0, 1, 2, 3, 4, 5, 1023, 1024, 1025)] == [1, 1, 2, 4, 4, 8, 1024, 1024, 2048]
     assert P.next_pow2 is next_pow2
-    K = pytest.importorskip("sglang_moe_plugins.plugins._triton_silu_mul_quant")
+    K = pytest.importorskip("sglang_moe_plugins.plugins.triton_smq.launch")
     assert K.next_pow2 is next_pow2 and K.pdl_supported is P.pdl_supported

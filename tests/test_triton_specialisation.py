@@ -24,9 +24,9 @@ from sglang_moe_plugins.ops.silu_mul_quant import (  # noqa: E402
     allocate_outputs,
     expected_scale_strides,
 )
-from sglang_moe_plugins.plugins import _triton_launch as L  # noqa: E402
-from sglang_moe_plugins.plugins._triton_launch import ordered_arguments  # noqa: E402
-from sglang_moe_plugins.plugins.triton import TritonPlugin  # noqa: E402
+from sglang_moe_plugins.plugins import triton_common as L  # noqa: E402
+from sglang_moe_plugins.plugins.triton_common import ordered_arguments  # noqa: E402
+from sglang_moe_plugins.plugins.triton_smq.plugin import TritonPlugin  # noqa: E402
 from sglang_moe_plugins.quant import round_to_bf16  # noqa: E402
 
 
@@ -83,7 +83,8 @@ SILU_CASES = [
 @pytest.mark.parametrize("E, N, D, gs, layout, limit, swizzle", SILU_CASES)
 def test_silu_prepared_launch_compiles_and_passes_what_the_jit_launch_would(monkeypatch, specialise, E, N, D, gs,
                                                                           layout, limit, swizzle):
-    from sglang_moe_plugins.plugins import _triton_silu_mul_quant as K
+    from sglang_moe_plugins.plugins.triton_smq import launch as K
+    from sglang_moe_plugins.plugins.triton_smq.tuning import choose_config
 
     # An sm90 device without a GPU: PDL on, 132 SMs, occupancy 8; compile and stream recorded, not run.
     monkeypatch.setattr(K, "pdl_supported", lambda index: True)
@@ -100,7 +101,7 @@ def test_silu_prepared_launch_compiles_and_passes_what_the_jit_launch_would(monk
     bound = plugin._prepare(shape, config, 0, K)
     low = bound.launch.low_level
     ((jit_fn, args, kwargs, index),) = compiled
-    assert jit_fn is K._silu_mul_quant_kernel and index == 0
+    assert jit_fn is K.silu_mul_quant_kernel and index == 0
 
     # What ``launch`` (the JIT path) passes for real tensors of this shape key: the scale strides of
     # the tensor itself, not the layout's.
@@ -111,12 +112,12 @@ def test_silu_prepared_launch_compiles_and_passes_what_the_jit_launch_would(monk
     plan = K.plan_launch(E, N, D, group_size=gs, scale_strides=outputs.scale.stride(),
                          swiglu_limit=None if limit is None else round_to_bf16(limit),
                          swizzle=swizzle, ue8m0=config.scale_ue8m0,
-                         config=K.choose_config(E, N, D, gs, 8), device_index=0,
+                         config=choose_config(E, N, D, gs, 8), device_index=0,
                          pointers=(gateup, masked_m, outputs.out, outputs.scale))
     tensors = (gateup, masked_m, outputs.out, outputs.scale)
     assert all(t.data_ptr() % 16 == 0 for t in tensors)
-    jit_values, jit_spec, jit_options = specialise(K._silu_mul_quant_kernel, tensors + plan.runtime, plan.kwargs_dict)
-    _, prepared_spec, prepared_options = specialise(K._silu_mul_quant_kernel, args, kwargs)
+    jit_values, jit_spec, jit_options = specialise(K.silu_mul_quant_kernel, tensors + plan.runtime, plan.kwargs_dict)
+    _, prepared_spec, prepared_options = specialise(K.silu_mul_quant_kernel, args, kwargs)
 
     assert prepared_spec == jit_spec  # the compiled-kernel key: the same kernel
     assert prepared_options == jit_options
@@ -125,7 +126,7 @@ def test_silu_prepared_launch_compiles_and_passes_what_the_jit_launch_would(monk
     assert all(s[1] is None for s in jit_spec[4:10])  # N, E and the strides: never specialised by value
     # The launcher gets the pointers (per call), then exactly the JIT launch's remaining arguments.
     assert low.tail == jit_values[4:]
-    assert low.tail == ordered_arguments(K._silu_mul_quant_kernel.arg_names, tensors + plan.runtime,
+    assert low.tail == ordered_arguments(K.silu_mul_quant_kernel.arg_names, tensors + plan.runtime,
                                          plan.kwargs_dict)[4:]
     assert low.grid == (plan.grid[0], 1, 1)
 

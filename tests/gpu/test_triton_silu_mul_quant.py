@@ -25,7 +25,7 @@ from sglang_moe_plugins.ops.silu_mul_quant import (  # noqa: E402
     real_rows,
 )
 from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference  # noqa: E402
-from sglang_moe_plugins.plugins.triton import TritonPlugin  # noqa: E402
+from sglang_moe_plugins.plugins.triton_smq.plugin import TritonPlugin  # noqa: E402
 from sglang_moe_plugins.testing.tolerance import POISON_FP8, POISON_SCALE_INT, poison  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -174,9 +174,9 @@ def test_limit_boundaries_clamp_in_bf16():
 
 
 def _kernel_cache_size() -> int:
-    from sglang_moe_plugins.plugins._triton_silu_mul_quant import _silu_mul_quant_kernel
+    from sglang_moe_plugins.plugins.triton_smq.kernel import silu_mul_quant_kernel
 
-    return sum(len(cache[0]) for cache in _silu_mul_quant_kernel.device_caches.values())
+    return sum(len(cache[0]) for cache in silu_mul_quant_kernel.device_caches.values())
 
 
 def test_no_recompilation_across_token_counts_and_masked_m():
@@ -260,7 +260,8 @@ def test_non_finite_policy(layout, limit):
 
 # ---------------------------------------------------------------- prepared launch (issue 12)
 from sglang_moe_plugins.ops.silu_mul_quant import SiluMulQuantOutputs, expected_scale_strides  # noqa: E402
-from sglang_moe_plugins.plugins import _triton_silu_mul_quant as K  # noqa: E402
+from sglang_moe_plugins.plugins.triton_smq import launch as K  # noqa: E402
+from sglang_moe_plugins.plugins.triton_smq.tuning import choose_config  # noqa: E402
 from sglang_moe_plugins.quant import round_to_bf16  # noqa: E402
 
 PREPARED_CASES = [
@@ -294,7 +295,7 @@ def _jit_launch(x, m, outputs, shape, config):
     K.launch(x, m, outputs.out, outputs.scale, group_size=shape.group_size,
              swiglu_limit=None if config.swiglu_limit is None else round_to_bf16(config.swiglu_limit),
              swizzle=config.swizzle, ue8m0=config.scale_ue8m0,
-             config=K.choose_config(shape.num_experts, shape.max_rows, shape.hidden, shape.group_size, shape.topk))
+             config=choose_config(shape.num_experts, shape.max_rows, shape.hidden, shape.group_size, shape.topk))
 
 
 @pytest.mark.parametrize("E, N, D, gs, layout, limit, swizzle", PREPARED_CASES)
@@ -383,7 +384,7 @@ def test_no_recompilation_across_token_counts_and_occupancy_once(monkeypatch):
     """One compiled kernel serves every token count N (and every masked_m): Triton's JIT cache does
     not grow and the occupancy lookup (which compiles through ``warmup``) sees one specialisation."""
     E, D = 8, 1024
-    kernel = K._silu_mul_quant_kernel
+    kernel = K.silu_mul_quant_kernel
     monkeypatch.setattr(K, "_OCCUPANCY", {})
     device = torch.cuda.current_device()
     sizes = []

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from ..contract import Plugin, Support
-from ..errors import KernelNotAvailableError
-from ..hardware import Platform
-from ..ops.silu_mul_quant import (
+from ...contract import Plugin, Support
+from ...errors import KernelNotAvailableError
+from ...hardware import Platform
+from ...ops.silu_mul_quant import (
     OP,
     SiluMulQuantConfig,
     SiluMulQuantInputs,
@@ -16,7 +16,7 @@ from ..ops.silu_mul_quant import (
     real_rows,
     split_gate_up,
 )
-from ..quant import pack_ue8m0_bytes, quantize_fp8_groups, round_to_bf16, ue8m0_exponent
+from ...quant import pack_ue8m0_bytes, quantize_fp8_groups, round_to_bf16, ue8m0_exponent
 
 __all__ = ["ReferencePlugin", "silu_mul_quant_reference"]
 
