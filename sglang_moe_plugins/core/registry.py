@@ -6,7 +6,7 @@ from one plugin: any exception raised while an entry point is imported, instanti
 reported (``Registry.problems``, one log line naming its distribution, ``list`` and ``doctor``). With
 ``strict`` the registry refuses to build instead (PluginValidationError listing every problem).
 
-Before anything is imported (:mod:`._discovery`): a third-party entry point that takes a built-in's name
+Before anything is imported (:mod:`.discovery`): a third-party entry point that takes a built-in's name
 is refused (ERROR naming both distributions; the built-in stays, whatever the discovery order), and one
 that is disabled or not in ``allow`` is not imported at all (``Registry.not_loaded``). An entry point's
 name must equal its plugin's ``name`` (``disable`` and ``allow`` match entry-point names).
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from ._discovery import (
+from .discovery import (
     BUILTIN_DISTRIBUTION,
     BUILTIN_MODULE_PREFIX,
     BUILTIN_PLUGINS,
@@ -33,11 +33,12 @@ from ._discovery import (
     describe_entry_point,
     installed_entry_points,
 )
-from ._version import CONTRACT_VERSION
-from .config import UserConfig
-from .contract import OptionValueError
-from .errors import ConfigError, PluginValidationError
-from .ops import OPS
+from .._version import CONTRACT_VERSION
+from ..config import UserConfig
+from ..contract import OptionValueError
+from ..errors import ConfigError, PluginValidationError
+from ..log import get_logger
+from ..ops import OPS
 
 try:  # Python 3.12+ has the selectable entry_points API in the stdlib.
     from importlib.metadata import EntryPoint
@@ -46,7 +47,7 @@ except ImportError:  # pragma: no cover
 
 __all__ = ["ENTRY_POINT_GROUP", "BUILTIN_PLUGINS", "PluginRecord", "LoadProblem", "NotLoaded", "Registry", "validate_plugin"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 ENTRY_POINT_GROUP = "sglang_moe_plugins.kernels"
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -71,7 +72,7 @@ class PluginRecord:
     options: Mapping[str, Any]
     #: The distribution's version, where known.
     version: str | None = None
-    #: Declared by this package (see :func:`._discovery.is_builtin`).
+    #: Declared by this package (see :func:`.discovery.is_builtin`).
     builtin: bool = False
 
     @property

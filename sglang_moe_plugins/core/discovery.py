@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from .config import ALLOW_ENV, UserConfig
-from .errors import ConfigError
+from ..config import ALLOW_ENV, UserConfig
+from ..errors import ConfigError
 
 try:  # Python 3.12+ has the selectable entry_points API in the stdlib.
     from importlib.metadata import distributions, entry_points

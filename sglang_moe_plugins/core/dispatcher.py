@@ -1,10 +1,13 @@
-"""Selection: the first enabled plugin, by descending priority, whose ``supports`` says yes; binding.
+"""The dispatcher: :class:`Selector` decides, binds and runs plugins, and applies the failure policy.
 
-Each (op, shape, config) key is decided once (thread-safe), cached and logged once at INFO, with the
-reason of every plugin not chosen. :meth:`Selector.bind` then turns the choice into a :class:`BoundOp`:
-the plugin, the op's output allocator for the key and the plugin's launch (``prepare(shape, config)``
-when it has one, else ``run``), all worked out once per key. A call of a bound op allocates, launches
-and, on the first call of the key (every call under ``strict`` or ``debug``), checks the outputs.
+Each (op, shape, config) key is decided once (:func:`.decide.decide`; thread-safe), cached and logged
+once at INFO (the reason of every plugin not chosen at DEBUG). :meth:`Selector.bind` then turns the
+choice into a :class:`~.bound.BoundOp`: the plugin, the op's output allocator for the key and the
+plugin's launch (``prepare(shape, config)`` when it has one, else ``run``), all worked out once per key.
+A call of a bound op allocates, launches and, on the first call of the key (every call under ``strict``
+or ``debug``), checks the outputs. The selector is the one cache of bound ops: by key, and by a caller's
+own key of raw call arguments (:attr:`Selector.call_cache`, filled by :meth:`Selector.remember` and
+:meth:`Selector.bind_and_call`; the SGLang hooks use it).
 
 Failures at run time (docs/reliability.md): a plugin that raises, or returns outputs that do not match
 the op's contract (a result of another type than the op's outputs is checked on every call), is
@@ -12,7 +15,7 @@ logged once with the traceback, remembered as failed for that key, and the next 
 is re-raised instead, and nothing is remembered, when ``strict`` is set, when the plugin is forced,
 when the op is collective (every rank must run the same kernel: no per-rank fallback), and inside CUDA
 graph capture (a fallback cannot be captured after a failed attempt). When the plugin may have written
-an input the host marked writable (``writes_inputs``, :func:`binding.inputs_maybe_written`), the call
+an input the host marked writable (``writes_inputs``, :func:`.bound.inputs_maybe_written`), the call
 raises too (the next plugin would read damaged data), and the plugin is remembered as failed, so the
 key's later calls run the next plugin.
 
@@ -26,94 +29,23 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from dataclasses import dataclass
 from typing import Any, Hashable
 
 import torch
 
-from .contract import Support
-from .errors import InvalidArgumentError, MoEPluginsError, NoPluginAvailableError, OutputValidationError
-from .ops import get_op
-from .priority_rules import rule_priorities
-from .binding import CACHE_CAP, BoundOp, _Once, inputs_maybe_written
+from ..counters import counter
+from ..errors import InvalidArgumentError, MoEPluginsError, NoPluginAvailableError, OutputValidationError
+from ..log import LogOnce, get_logger
+from ..ops import get_op
+from .bound import BoundOp, inputs_maybe_written
+from .decide import Candidate, Selection, Verdict, decide, info_line, reasons_line
 from .registry import PluginRecord, Registry
-from .counters import counter
-from .log import get_logger
 
 __all__ = ["BoundOp", "CACHE_CAP", "Candidate", "Selection", "Selector", "Verdict"]
 
 logger = get_logger(__name__)
-#: Longest INFO line of a new key's choice (the rank label comes on top).
-INFO_LINE_MAX = 145
-
-
-class Verdict:
-    """Values of :attr:`Candidate.verdict`."""
-
-    CHOSEN = "chosen"
-    UNSUPPORTED = "unsupported"
-    OUTRANKED = "outranked"
-    DISABLED = "disabled"
-    NOT_FORCED = "not forced"
-    FAILED = "failed"
-    ERROR = "error"
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One plugin's part in a selection: the verdict and the human-readable reason."""
-
-    name: str
-    priority: int
-    verdict: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Selection:
-    """The outcome of selecting a plugin for one key. ``chosen`` is None when nothing fits."""
-
-    op: str
-    shape: Any
-    config: Any
-    chosen: PluginRecord | None
-    candidates: tuple[Candidate, ...]
-
-    @property
-    def plugin(self) -> Any:
-        return None if self.chosen is None else self.chosen.plugin
-
-    def candidate(self, name: str) -> Candidate:
-        for cand in self.candidates:
-            if cand.name == name:
-                return cand
-        raise KeyError(f"plugin {name!r} is not a candidate of op {self.op!r}")
-
-    def key_description(self) -> str:
-        return f"{_describe(self.shape)} [{_describe(self.config)}]"
-
-    def explain(self) -> str:
-        """Multi-line text: what was chosen and why each other plugin was not."""
-        head = f"{self.op} {self.key_description()}: "
-        head += f"chose {self.chosen.name!r}" if self.chosen else "NO plugin supports this call"
-        lines = [head]
-        for cand in self.candidates:
-            lines.append(f"  {'*' if cand.verdict == Verdict.CHOSEN else '-'} {cand.name} (priority {cand.priority}) {cand.verdict}: {cand.reason}")
-        return "\n".join(lines)
-
-
-def _describe(value: Any) -> str:
-    describe = getattr(value, "describe", None)
-    return describe() if callable(describe) else repr(value)
-
-
-def _as_support(answer: Any, plugin: str) -> Support:
-    if isinstance(answer, Support):
-        return answer
-    reason = getattr(answer, "reason", None)
-    if isinstance(reason, str) and reason:
-        return Support(bool(answer), reason)
-    raise TypeError(f"plugin {plugin!r}: supports() returned {answer!r}; it must return sglang_moe_plugins.Support")
+#: Most keys kept by each cache of a selector (selections, bound ops, the hooks' argument keys).
+CACHE_CAP = 4096
 
 
 def _wrong_result(bound: BoundOp, returned: Any) -> OutputValidationError:
@@ -155,8 +87,8 @@ class Selector:
         #: Bound ops by a caller's own key of raw call arguments (the SGLang hooks); see :meth:`remember`.
         self.call_cache: dict[Hashable, BoundOp] = {}
         self._failed: dict[Hashable, dict[str, str]] = {}
-        self._errors_logged = _Once()
-        self._caps_logged = _Once()
+        self._errors_logged = LogOnce()
+        self._caps_logged = LogOnce()
         self.decisions = 0  # how many keys were decided (not served from cache); for tests and stats
 
     @property
@@ -201,56 +133,15 @@ class Selector:
         return False
 
     def _decide(self, op: str, shape: Any, config: Any, failed: dict[str, str]) -> Selection:
-        get_op(op)  # KeyError listing the known ops
-        forced = self.registry.config.force.get(op)
-        candidates: list[Candidate] = []
-        chosen: PluginRecord | None = None
-        records = self.registry.records(op)
-        # [[priority_rules]]: the first matching rule naming a plugin sets its priority for this key.
-        ruled = rule_priorities(self.registry.config.priority_rules, op, shape)
-        notes: dict[str, str] = {}
-        if ruled:
-            for record in records:
-                if record.name in ruled:
-                    prio, rule = ruled[record.name]
-                    notes[record.name] = (f"priority {prio} from {rule.label} ({rule.describe_bounds()}) "
-                                          f"instead of {record.priority}")
-            records = tuple(sorted(records, key=lambda r: (-ruled.get(r.name, (r.priority,))[0], r.name)))
-            records = tuple(dataclasses.replace(r, priority=ruled[r.name][0]) if r.name in ruled else r for r in records)
-        for record in records:
-            if forced is not None and record.name != forced:
-                candidates.append(Candidate(record.name, record.priority, Verdict.NOT_FORCED, f"force.{op} = {forced!r}"))
-                continue
-            if not record.enabled:
-                candidates.append(Candidate(record.name, record.priority, Verdict.DISABLED, record.status))
-                continue
-            if record.name in failed:
-                candidates.append(Candidate(record.name, record.priority, Verdict.FAILED, failed[record.name]))
-                continue
-            try:
-                support = _as_support(record.plugin.supports(shape, config), record.name)
-            except Exception as exc:  # noqa: BLE001 - a broken plugin must not take selection down
-                if self.strict or get_op(op).collective:
-                    why = "strict = true" if self.strict else f"op {op!r} is collective: no per-rank fallback"
-                    exc.add_note(f"sglang-moe-plugins: raised by plugin {record.name!r} (supports) on op {op!r}; "
-                                 f"not falling back: {why}")
-                    raise
-                self._log_error_once((op, shape, config), record.name, f"plugin {record.name!r}: supports() raised", exc)
-                candidates.append(Candidate(record.name, record.priority, Verdict.ERROR, f"supports() raised {type(exc).__name__}: {exc}"))
-                continue
-            if not support:
-                candidates.append(Candidate(record.name, record.priority, Verdict.UNSUPPORTED, support.reason))
-            elif chosen is None:
-                chosen = record
-                candidates.append(Candidate(record.name, record.priority, Verdict.CHOSEN, support.reason))
-            else:
-                candidates.append(
-                    Candidate(record.name, record.priority, Verdict.OUTRANKED, f"supported, but {chosen.name!r} (priority {chosen.priority}) comes first")
-                )
-        if notes:
-            candidates = [dataclasses.replace(c, reason=f"{c.reason}; {notes[c.name]}") if c.name in notes else c
-                          for c in candidates]
-        return Selection(op, shape, config, chosen, tuple(candidates))
+        collective = get_op(op).collective  # KeyError listing the known ops
+        config_ = self.registry.config
+        key = (op, shape, config)
+
+        def on_error(plugin: str, exc: Exception) -> None:
+            self._log_error_once(key, plugin, f"plugin {plugin!r}: supports() raised", exc)
+
+        return decide(op, self.registry.records(op), config_.priority_rules, config_.force.get(op), failed, shape, config,
+                      strict=config_.strict, collective=collective, on_error=on_error)
 
     def _log(self, selection: Selection) -> None:
         if selection.chosen is None:
@@ -258,14 +149,9 @@ class Selector:
             return
         # INFO: the choice first, one short line per key (under 160 characters); the reasons at DEBUG
         # (``explain`` gives them too).
-        head = f"sglang-moe-plugins: {selection.op} -> {selection.chosen.name} for "
-        key = selection.key_description()
-        room = INFO_LINE_MAX - len(head)
-        logger.info("%s%s", head, key if len(key) <= room else key[:room - 3] + "...")
+        logger.info("%s", info_line(selection))
         if logger.isEnabledFor(logging.DEBUG):
-            others = "; ".join(f"{c.name}: {c.verdict} ({c.reason})" for c in selection.candidates if c.verdict != Verdict.CHOSEN)
-            logger.debug("sglang-moe-plugins: %s %s -> %s (%s)%s", selection.op, key, selection.chosen.name,
-                         selection.candidate(selection.chosen.name).reason, f"; not chosen: {others}" if others else "")
+            logger.debug("%s", reasons_line(selection))
 
     def _log_error_once(self, key: Hashable, plugin: str, message: str, exc: BaseException) -> None:
         if self._errors_logged.first((key, plugin)):  # several threads may fail on the same key at once: one line
@@ -337,6 +223,21 @@ class Selector:
             current = self._bound.get((bound.op, bound.shape, bound.config)) is bound
             if current and bound.checked and self._fits("hooked-call keys", self.call_cache):
                 self.call_cache[key] = bound
+
+    def bind_and_call(self, op: str, shape: Any, config: Any, inputs: Any, outputs: Any = None,
+                      device: torch.device | None = None, *, remember: Hashable | None = None) -> Any:
+        """``call(bind(op, shape, config), inputs, outputs, device)``, for a caller's first call of a key.
+
+        With ``remember``: once the call returns, keep the key's bound op under that key of the caller
+        (:meth:`remember`), i.e. the one that ran, after any fallback, and only when it is cached (a
+        key past the cache's cap is bound again on its next call) and its outputs were checked."""
+        outputs = self.call(self.bind(op, shape, config), inputs, outputs, device)
+        if remember is not None:
+            with self._lock:
+                bound = self._bound.get((op, shape, config))
+                if bound is not None and bound.checked and self._fits("hooked-call keys", self.call_cache):
+                    self.call_cache[remember] = bound
+        return outputs
 
     # -- running ------------------------------------------------------------------------------
     def call(self, bound: BoundOp, inputs: Any, outputs: Any = None, device: torch.device | None = None) -> Any:

@@ -1,19 +1,16 @@
-"""What a shape key is bound to (:class:`BoundOp`, made by ``Selector.bind``), and a capped log-once set."""
+"""What a shape key is bound to: :class:`BoundOp` (made by :meth:`.dispatcher.Selector.bind`, run by
+:meth:`.dispatcher.Selector.call`), and which inputs a failed plugin may have written."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable
+from typing import Any, Callable
 
 import torch
 
 from .registry import PluginRecord
 
-__all__ = ["BoundOp", "CACHE_CAP", "inputs_maybe_written"]
-
-#: Most keys kept by each cache of a selector (selections, bound ops, the hooks' argument keys).
-CACHE_CAP = 4096
+__all__ = ["BoundOp", "inputs_maybe_written"]
 
 
 class _FirstCall:
@@ -63,24 +60,6 @@ class BoundOp:
     def checked(self) -> bool:
         """Whether one call's outputs passed the op's checks."""
         return not self._first.pending
-
-
-class _Once:
-    """Thread-safe 'first time?' over a capped set of keys; past the cap every key counts as new (a
-    message is repeated rather than lost)."""
-
-    def __init__(self, cap: int = CACHE_CAP) -> None:
-        self._seen: set[Hashable] = set()
-        self._lock = threading.Lock()
-        self._cap = cap
-
-    def first(self, key: Hashable) -> bool:
-        with self._lock:
-            if key in self._seen:
-                return False
-            if len(self._seen) < self._cap:
-                self._seen.add(key)
-            return True
 
 
 def inputs_maybe_written(plugin: Any, writable: tuple[tuple[str, str], ...], inputs: Any, shape: Any, config: Any) -> tuple[str, ...]:
