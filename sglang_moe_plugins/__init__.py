@@ -31,8 +31,10 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve l
     )
     from .hardware import Platform
     from .ops import OPS
-    from .registry import ENTRY_POINT_GROUP, PluginRecord, Registry
-    from .selection import BoundOp, Candidate, Selection, Selector, Verdict
+    from .core.bound import BoundOp
+    from .core.decide import Candidate, Selection, Verdict
+    from .core.dispatcher import Selector
+    from .core.registry import ENTRY_POINT_GROUP, PluginRecord, Registry
 
 __all__ = [
     "__version__",
@@ -81,8 +83,10 @@ _LAZY = {
                      "NoPluginAvailableError", "OutputValidationError", "PluginValidationError"), "errors"),
     "Platform": "hardware",
     "OPS": "ops",
-    **dict.fromkeys(("ENTRY_POINT_GROUP", "PluginRecord", "Registry"), "registry"),
-    **dict.fromkeys(("BoundOp", "Candidate", "Selection", "Selector", "Verdict"), "selection"),
+    **dict.fromkeys(("ENTRY_POINT_GROUP", "PluginRecord", "Registry"), "core.registry"),
+    "BoundOp": "core.bound",
+    **dict.fromkeys(("Candidate", "Selection", "Verdict"), "core.decide"),
+    "Selector": "core.dispatcher",
 }
 
 

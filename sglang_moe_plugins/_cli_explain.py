@@ -187,7 +187,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
                          + [f"priority rule: {r.describe()}" for r in registry.config.priority_rules]
                          + [f"WARNING: {w}" for w in warnings])]
     calls = []
-    quiet = logging.getLogger("sglang_moe_plugins.selection")
+    quiet = logging.getLogger("sglang_moe_plugins.core.dispatcher")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # the no-plugin WARNING would repeat what is printed here
     try:

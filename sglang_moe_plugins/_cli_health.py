@@ -37,7 +37,7 @@ class RegistryReport:
 
 @contextlib.contextmanager
 def _registry_log_silenced() -> Iterator[None]:
-    log = logging.getLogger("sglang_moe_plugins.registry")
+    log = logging.getLogger("sglang_moe_plugins.core.registry")
     before, log.disabled = log.disabled, True
     try:
         yield

@@ -10,8 +10,8 @@ import torch
 
 from .config import UserConfig, load_config
 from .ops import silu_mul_quant as smq
-from .registry import Registry
-from .selection import Selection, Selector
+from .core.dispatcher import Selection, Selector
+from .core.registry import Registry
 
 __all__ = ["get_registry", "get_selector", "current_selector", "reload", "select", "explain", "dispatch", "silu_mul_quant"]
 

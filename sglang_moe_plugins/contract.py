@@ -33,7 +33,7 @@ from typing import Any, ClassVar, Mapping
 from ._version import CONTRACT_VERSION
 from .hardware import Platform
 
-__all__ = ["OptionValueError", "Support", "Plugin"]
+__all__ = ["OptionValueError", "Support", "Plugin", "as_support"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,21 @@ class Support:
             if not check:
                 return check
         return cls.yes(ok_reason)
+
+
+def as_support(answer: Any, plugin: str) -> Support:
+    """``answer`` (what ``plugin``'s ``supports`` returned) as a :class:`Support`.
+
+    A Support is returned as is; an object that is truthy or falsy and has a non-empty string ``reason``
+    (a duck-typed Support) is converted. Anything else is a TypeError naming the
+    plugin.
+    """
+    if isinstance(answer, Support):
+        return answer
+    reason = getattr(answer, "reason", None)
+    if isinstance(reason, str) and reason:
+        return Support(bool(answer), reason)
+    raise TypeError(f"plugin {plugin!r}: supports() returned {answer!r}; it must return sglang_moe_plugins.Support")
 
 
 class OptionValueError(ValueError):

@@ -4,17 +4,23 @@ Each module takes its logger from :func:`get_logger`, which adds :data:`RANK_FIL
 runs only for records that logger emits (never on a call's hot path: the package logs once per shape
 key or event) and rewrites the ``sglang-moe-plugins:`` prefix to ``sglang-moe-plugins [rank R/W]:``
 (or prepends ``[rank R/W]``), so that with TP/EP every rank's line says whose it is.
+
+:class:`LogOnce` is the package's one "log this once" mechanism: a thread-safe, capped set of keys.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from typing import Hashable
 
 from .counters import process_rank
 
-__all__ = ["PREFIX", "RANK_FILTER", "get_logger", "rank_label"]
+__all__ = ["LOG_ONCE_CAP", "LogOnce", "PREFIX", "RANK_FILTER", "get_logger", "rank_label"]
 
 PREFIX = "sglang-moe-plugins"
+#: Most keys a :class:`LogOnce` remembers unless told otherwise.
+LOG_ONCE_CAP = 4096
 
 
 def rank_label() -> str:
@@ -45,3 +51,31 @@ def get_logger(name: str) -> logging.Logger:
     if RANK_FILTER not in logger.filters:
         logger.addFilter(RANK_FILTER)
     return logger
+
+
+class LogOnce:
+    """Thread-safe "first time?" over a capped set of keys: ``if once.first(key): logger.warning(...)``.
+
+    Past the cap every new key counts as new (a message is repeated rather than lost, and memory stays
+    bounded when keys change on every call).
+    """
+
+    __slots__ = ("_seen", "_lock", "_cap")
+
+    def __init__(self, cap: int = LOG_ONCE_CAP) -> None:
+        self._seen: set[Hashable] = set()
+        self._lock = threading.Lock()
+        self._cap = cap
+
+    def first(self, key: Hashable) -> bool:
+        """True the first time ``key`` is seen (and every time once the cap is reached), else False."""
+        with self._lock:
+            if key in self._seen:
+                return False
+            if len(self._seen) < self._cap:
+                self._seen.add(key)
+            return True
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._seen)

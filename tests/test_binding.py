@@ -9,10 +9,12 @@ import pytest
 import torch
 from conftest import RecordingPlugin, random_call
 from numerics import check_against_fp64
-from policy_plugins import PreparedReference
+from policy_plugins import PreparedReference, SmqRaises
 
-from sglang_moe_plugins import OutputValidationError, UserConfig, Verdict, selection
+from sglang_moe_plugins import OutputValidationError, UserConfig, Verdict
 from sglang_moe_plugins.config import parse_config
+from sglang_moe_plugins.core import dispatcher
+from sglang_moe_plugins.log import LogOnce
 from sglang_moe_plugins.ops import silu_mul_quant as smq
 
 LOGGER = "sglang_moe_plugins"
@@ -131,7 +133,7 @@ def test_debug_from_the_environment():
 
 
 def test_caches_are_capped_and_say_so_once(make_selector, monkeypatch, caplog):
-    monkeypatch.setattr(selection, "CACHE_CAP", 3)
+    monkeypatch.setattr(dispatcher, "CACHE_CAP", 3)
     plugin = PreparedReference()
     selector = make_selector(plugin)
     calls = [random_call(e=1 + k, n=2, d=128, seed=k) for k in range(6)]
@@ -151,8 +153,28 @@ def test_caches_are_capped_and_say_so_once(make_selector, monkeypatch, caplog):
     assert plugin.prepares == 3 + 2 * 3  # keys past the cap are bound on every call
 
 
+def test_bind_and_call_binds_once_and_remembers_what_ran(make_selector, monkeypatch):
+    plugin = PreparedReference()
+    selector = make_selector(plugin)
+    inputs, shape, config = random_call(e=3, n=6, d=256, seed=11)
+    out = selector.bind_and_call(smq.OP, shape, config, inputs, remember=("raw", 1))
+    check_against_fp64(inputs, out, shape, config)
+    assert (plugin.prepares, plugin.launches, selector.decisions) == (1, 1, 1)
+    assert selector.call_cache[("raw", 1)] is selector.bind(smq.OP, shape, config)
+    # A fallback on the first call: the caller's key gets the plugin that ran, not the one that failed.
+    selector = make_selector(SmqRaises(), RecordingPlugin("good", 1))
+    check_against_fp64(inputs, selector.bind_and_call(smq.OP, shape, config, inputs, remember=("raw", 2)), shape, config)
+    assert selector.call_cache[("raw", 2)].name == "good"
+    # Past the caches' cap the key is neither bound twice nor remembered (it is bound again next call).
+    monkeypatch.setattr(dispatcher, "CACHE_CAP", 0)
+    plugin = PreparedReference()
+    selector = make_selector(plugin)
+    check_against_fp64(inputs, selector.bind_and_call(smq.OP, shape, config, inputs, remember=("raw", 3)), shape, config)
+    assert (plugin.prepares, selector.decisions, selector.call_cache) == (1, 1, {})
+
+
 def test_log_once_set_is_bounded():
-    once = selection._Once(cap=2)
+    once = LogOnce(cap=2)
     assert [once.first(k) for k in ("a", "b", "a", "c", "c")] == [True, True, False, True, True]
     assert len(once._seen) == 2
 

@@ -26,7 +26,7 @@ from sglang_moe_plugins.config import parse_config  # noqa: E402
 from sglang_moe_plugins.integrations import sglang as integ  # noqa: E402
 from sglang_moe_plugins.ops import get_op  # noqa: E402
 from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
-from sglang_moe_plugins.registry import ENTRY_POINT_GROUP  # noqa: E402
+from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP  # noqa: E402
 
 pytestmark = pytest.mark.sglang
 LOGGER = "sglang_moe_plugins"

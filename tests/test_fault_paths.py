@@ -27,7 +27,7 @@ from sglang_moe_plugins.config import load_config, parse_config  # noqa: E402
 from sglang_moe_plugins.ops import mega_moe as mm  # noqa: E402
 from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
 from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference  # noqa: E402
-from sglang_moe_plugins.registry import ENTRY_POINT_GROUP  # noqa: E402
+from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP  # noqa: E402
 
 pytestmark = pytest.mark.sglang
 LOGGER = "sglang_moe_plugins"
@@ -115,7 +115,7 @@ def test_plugin_that_declares_no_writes_still_falls_back(runner):
 
 
 def test_builtin_declarations():
-    from sglang_moe_plugins.binding import inputs_maybe_written
+    from sglang_moe_plugins.core.bound import inputs_maybe_written
     from sglang_moe_plugins.plugins.fp8_fallback import Fp8FallbackPlugin
     from sglang_moe_plugins.plugins.jit_ep import JitEpPlugin
     from sglang_moe_plugins.plugins.reference import ReferencePlugin

@@ -44,3 +44,14 @@ def test_public_api_is_curated():
     assert sorted(sglang_moe_plugins.__all__) == sorted(set(sglang_moe_plugins.__all__))
     for name in sglang_moe_plugins.__all__:
         assert hasattr(sglang_moe_plugins, name), name
+
+
+def test_core_modules_log_through_the_rank_filter():
+    import importlib
+
+    from sglang_moe_plugins.log import RANK_FILTER
+
+    for name in ("registry", "dispatcher"):
+        module = importlib.import_module(f"sglang_moe_plugins.core.{name}")
+        assert module.logger.name == f"sglang_moe_plugins.core.{name}"
+        assert RANK_FILTER in module.logger.filters, name

@@ -189,7 +189,7 @@ def test_hooked_call_takes_the_rules_plugin():
     from sglang_session import loaded_sglang
 
     from sglang_moe_plugins import api
-    from sglang_moe_plugins.registry import ENTRY_POINT_GROUP
+    from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP
 
     runner = loaded_sglang()
     eps = [EntryPoint("reference", "sglang_moe_plugins.plugins.reference:ReferencePlugin", ENTRY_POINT_GROUP),
@@ -258,7 +258,7 @@ def test_bench_writes_a_rule_for_a_call_whose_fastest_plugin_is_not_first(monkey
     from sglang_moe_plugins import api
     from sglang_moe_plugins.bench.cli import run_bench
     from sglang_moe_plugins.cli import build_parser
-    from sglang_moe_plugins.registry import ENTRY_POINT_GROUP
+    from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP
 
     for name in list(__import__("os").environ):
         if name.startswith("SGLANG_MOE_PLUGINS"):

@@ -8,7 +8,7 @@ import pytest
 
 from sglang_moe_plugins import ConfigError, Registry, UserConfig
 from sglang_moe_plugins.config import parse_config
-from sglang_moe_plugins.registry import ENTRY_POINT_GROUP
+from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP
 
 BUILTINS = {"jit_ep", "fp8_fallback", "triton", "reference", "mega_w4a8", "mega_w4a4", "mega_sm90_fp8", "mega_reference"}
 

@@ -182,3 +182,48 @@ def test_support_requires_reason():
         Support(True, "")
     assert not Support.no("x") and Support.yes()
     assert Support.all_of(Support.yes(), Support.no("second"), Support.no("third")).reason == "second"
+
+
+def test_decide_depends_only_on_its_arguments():
+    from sglang_moe_plugins.config import UserConfig
+    from sglang_moe_plugins.core.decide import decide
+
+    a, b = RecordingPlugin("a", 5), RecordingPlugin("b", 1)
+    records = Registry.from_plugins([a, b], UserConfig()).records(smq.OP)
+    _, shape, config = random_call(seed=1)
+    errors = []
+
+    def run(force=None, failed=None, strict=False):
+        return decide(smq.OP, records, (), force, failed or {}, shape, config, strict=strict, collective=False,
+                      on_error=lambda plugin, exc: errors.append((plugin, str(exc))))
+
+    first = run()
+    assert first == run() and first.chosen.name == "a"  # nothing cached: asked again, same answer
+    assert a.supports_calls == 2
+    failed = run(failed={"a": "raised RuntimeError at run time: boom"})
+    assert failed.chosen.name == "b"
+    assert (failed.candidate("a").verdict, failed.candidate("a").reason) == (Verdict.FAILED, "raised RuntimeError at run time: boom")
+    assert run(force="b").candidate("a").verdict == Verdict.NOT_FORCED
+    a.supports = lambda shape, config: 1 / 0  # a broken supports(): reported, not raised, unless strict
+    assert run().candidate("a").verdict == Verdict.ERROR and errors == [("a", "division by zero")]
+    with pytest.raises(ZeroDivisionError) as info:
+        run(strict=True)
+    assert any("plugin 'a' (supports)" in note and "strict = true" in note for note in info.value.__notes__)
+
+
+def test_as_support_is_public_and_names_the_plugin():
+    from sglang_moe_plugins.contract import __all__ as contract_all
+    from sglang_moe_plugins.contract import as_support
+
+    class Duck:
+        reason = "a duck-typed yes"
+
+        def __bool__(self):
+            return True
+
+    assert "as_support" in contract_all
+    no = Support.no("E too large")
+    assert as_support(no, "p") is no
+    assert as_support(Duck(), "p") == Support(True, "a duck-typed yes")
+    with pytest.raises(TypeError, match=r"plugin 'p': supports\(\) returned True; it must return sglang_moe_plugins.Support"):
+        as_support(True, "p")
