@@ -7,20 +7,21 @@ import importlib.util
 import json
 import pathlib
 import sys
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from .. import api
-from .._cli_util import UsageError, emit, positive_int, rows_arg, to_json
+from ..bench.provenance import run_info
+from ..bench.report import payload, plot, priority_toml, rank_plugins, results_table, shape_rules
+from ..bench.runner import bench_cases, measure
+from ..bench.timing import CudaGraphTimer, Timer
 from ..catalog import DEFAULT_ROWS, ModelSpec, get_model
 from ..hardware import platform_of
-from .provenance import run_info
-from .report import payload, plot, priority_toml, rank_plugins, results_table, shape_rules
-from .runner import bench_cases, measure
-from .timing import CudaGraphTimer, Timer
+from .util import UsageError, emit, positive_int, rows_arg, to_json
 
-__all__ = ["add_bench_parser", "cmd_bench", "run_bench"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["add_arguments", "add_bench_parser", "cmd_bench", "run_bench"]
 
 
 def _models(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
@@ -89,6 +90,8 @@ def run_bench(args: argparse.Namespace, timer: Timer, device: torch.device) -> i
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    import torch
+
     _models(args)  # argument errors first, also without a GPU
     _check_outputs(args)
     if not torch.cuda.is_available():
@@ -98,11 +101,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def add_bench_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "bench", help="time every enabled silu_mul_quant plugin on a model's calls on this GPU, side by side",
-        description="Times each enabled plugin that supports each silu_mul_quant call of the model(s) at --ep/--tp, "
-                    "decode and prefill row counts, as benchmarks/silu_mul_quant.py does (CUDA-graph replays, inputs "
-                    "rotated past L2, the copy ceiling measured alongside). Needs a CUDA GPU (exit 2 without one).")
+    """Add the ``bench`` command to an ``argparse`` subparsers object."""
+    from . import COMMANDS
+
+    add_arguments(sub.add_parser("bench", help=COMMANDS["bench"]))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``bench`` command's description and arguments; runs :func:`cmd_bench`."""
+    p.description = ("Times each enabled plugin that supports each silu_mul_quant call of the model(s) at --ep/--tp, "
+                     "decode and prefill row counts, as benchmarks/silu_mul_quant.py does (CUDA-graph replays, inputs "
+                     "rotated past L2, the copy ceiling measured alongside). Needs a CUDA GPU (exit 2 without one).")
     p.add_argument("--model", action="append", help="a catalog model (id or short name); repeat for several")
     p.add_argument("--experts", type=positive_int, help="routed experts (only without --model)")
     p.add_argument("--hidden", type=positive_int, help="per-expert intermediate size D (only without --model)")

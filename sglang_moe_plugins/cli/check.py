@@ -4,9 +4,9 @@ Runs the conformance suite with a progress bar on stderr and prints a summary ta
 whole report as JSON on stdout). Exit status: 0 passed, 1 failed, 2 usage or load error, 3 nothing
 could be exercised (the plugin supports no drawn case on this device, or its op is not covered yet).
 
-Wired into the main CLI by ``add_check_parser(subparsers)``; also runnable on its own as
-``python -m sglang_moe_plugins.testing.cli_check ...``. Adding the parser loads nothing: the suite is
-imported when the command runs.
+The main CLI adds the arguments with ``add_arguments(parser)`` (``add_check_parser(subparsers)`` adds the
+whole command to another parser); also runnable on its own as ``python -m sglang_moe_plugins.testing.cli_check
+...`` (:func:`main`). Adding the parser loads nothing: the suite is imported when the command runs.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any, Sequence, TextIO
 
-__all__ = ["add_check_parser", "cmd_check", "main", "EXIT_PASSED", "EXIT_FAILED", "EXIT_ERROR", "EXIT_NOT_EXERCISED"]
+__all__ = ["add_arguments", "add_check_parser", "cmd_check", "main", "EXIT_PASSED", "EXIT_FAILED", "EXIT_ERROR", "EXIT_NOT_EXERCISED"]
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
@@ -56,16 +56,21 @@ class _Progress:
 
 
 def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``check`` command to an ``argparse`` subparsers object (the main CLI's)."""
-    parser = subparsers.add_parser(
-        "check",
-        help="run the conformance suite on a plugin (a registered NAME, path/to/module.py[:Class] or package.module:Class)",
-        description=(
-            "Run the conformance suite: draw cases (embedded catalog at EP 1/2/4/8, decode and prefill N, edge cases, "
-            "seeded random cases), keep those the plugin supports, run them and check layouts, written rows and "
-            "numerics; check that supports() is deterministic, cheap and explains itself. Exit status: 0 passed, "
-            "1 failed, 2 usage/load error, 3 nothing exercised."
-        ),
+    """Add the ``check`` command to an ``argparse`` subparsers object."""
+    from . import COMMANDS
+
+    parser = subparsers.add_parser("check", help=COMMANDS["check"])
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``check`` command's description and arguments; runs :func:`cmd_check`."""
+    parser.description = (
+        "Run the conformance suite: draw cases (embedded catalog at EP 1/2/4/8, decode and prefill N, edge cases, "
+        "seeded random cases), keep those the plugin supports, run them and check layouts, written rows and "
+        "numerics; check that supports() is deterministic, cheap and explains itself. Exit status: 0 passed, "
+        "1 failed, 2 usage/load error, 3 nothing exercised."
     )
     parser.add_argument("target", help="registered plugin name, path/to/module.py[:Class] or package.module:Class")
     parser.add_argument("--seed", type=int, help="seed of the random cases and inputs (default: drawn and printed)")
@@ -86,7 +91,6 @@ def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("--verbose", "-v", action="store_true", help="list every case that ran or failed")
     parser.set_defaults(func=cmd_check)
-    return parser
 
 
 def _case_table(report: Any) -> str:
@@ -101,8 +105,8 @@ def _case_table(report: Any) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     """Run the suite as ``args`` say; print; return the exit status."""
     from ..errors import MoEPluginsError
-    from .report import FAILED, PASSED
-    from .suite import SuiteOptions, run_conformance
+    from ..testing.report import FAILED, PASSED
+    from ..testing.suite import SuiteOptions, run_conformance
 
     overrides: dict[str, Any] = {"device": args.device, "supports_budget_us": args.supports_budget_us,
                                  "supports_limit_us": args.supports_limit_ms * 1e3}

@@ -7,9 +7,8 @@ import logging
 import os
 from typing import Any
 
-from . import api
-from ._cli_util import UsageError, emit, parse_platform, platform_arg, positive_int, rows_arg, table
-from .catalog import (
+from .. import api
+from ..catalog import (
     DEFAULT_ROWS,
     ModelSpec,
     deep_gemm_runner_runs_on,
@@ -20,11 +19,13 @@ from .catalog import (
     platform_uses_ue8m0,
     silu_mul_quant_cases,
 )
-from .errors import InvalidArgumentError
-from .hardware import Platform, local_platform
-from .ops.silu_mul_quant import GROUP_SIZES
+from ..errors import InvalidArgumentError
+from ..hardware import Platform
+from ..ops.silu_mul_quant import GROUP_SIZES
+from .health import forced_here_warnings
+from .util import UsageError, emit, parse_platform, platform_arg, positive_int, rows_arg, table
 
-__all__ = ["add_explain_parser", "cmd_explain", "resolve_platform", "forced_here_warnings", "explain_calls"]
+__all__ = ["add_arguments", "add_explain_parser", "cmd_explain", "resolve_platform", "forced_here_warnings", "explain_calls"]
 
 OPS = ("silu_mul_quant", "mega_moe")
 
@@ -37,23 +38,6 @@ def resolve_platform(text: str) -> tuple[Platform, str]:
     if platform.is_cuda:
         return platform, f"{platform} (this machine)"
     return platform, f"{platform} (this machine has no CUDA device, so cpu is assumed: pass --platform sm90 or sm100 to explain a GPU server)"
-
-
-def forced_here_warnings(registry: Any) -> list[str]:
-    """A line for every ``[force]``d plugin that is not available on this machine."""
-    here, out = local_platform(), []
-    for op, name in sorted(registry.config.force.items()):
-        if name not in registry:
-            continue
-        plugin = registry.get(name).plugin
-        try:
-            avail = plugin.available(here) if hasattr(plugin, "available") else None
-        except Exception as exc:  # noqa: BLE001 - report, do not die
-            out.append(f"force.{op} = {name!r}: available() raised {type(exc).__name__}: {exc}")
-            continue
-        if avail is not None and not avail:
-            out.append(f"force.{op} = {name!r} is not available on this machine ({here}): {avail.reason}; every {op} call here raises")
-    return out
 
 
 def _is_config_path(text: str) -> bool:
@@ -218,9 +202,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def add_explain_parser(sub: Any) -> None:
-    p = sub.add_parser("explain", help="which plugin runs each MoE call of a model (silu_mul_quant and mega_moe), and why not the others",
-                       description="Explain plugin selection for a catalog model's MoE calls (or explicit sizes) on a platform. "
-                                   "A call no enabled plugin supports raises NoPluginAvailableError at run time.")
+    """Add the ``explain`` command to an ``argparse`` subparsers object."""
+    from . import COMMANDS
+
+    add_arguments(sub.add_parser("explain", help=COMMANDS["explain"]))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``explain`` command's description and arguments; runs :func:`cmd_explain`."""
+    p.description = ("Explain plugin selection for a catalog model's MoE calls (or explicit sizes) on a platform. "
+                     "A call no enabled plugin supports raises NoPluginAvailableError at run time.")
     p.add_argument("--model", help="a model of the embedded catalog (id or short name), 'all', or a HuggingFace config.json "
                                     "(path; for models the catalog lacks)")
     p.add_argument("--experts", type=positive_int, help="routed experts (only without --model)")

@@ -1,5 +1,6 @@
 """What ``list`` and ``doctor`` say about the registry besides the table: the registry itself when start-up
-cannot build it (never a traceback), entry points not loaded, stock ops, and the platform warnings."""
+cannot build it (never a traceback), entry points not loaded, stock ops, the platform warnings and the
+``[force]``d plugins this machine cannot run."""
 
 from __future__ import annotations
 
@@ -9,14 +10,15 @@ import logging
 import warnings
 from typing import Any, Iterator
 
-from . import api
-from .config import load_config
-from .errors import ConfigError, MoEPluginsError, PluginValidationError
-from .hardware import Platform
-from .ops import OPS
-from .registry import Registry
+from .. import api
+from ..config import load_config
+from ..errors import ConfigError, MoEPluginsError, PluginValidationError
+from ..hardware import Platform, local_platform
+from ..ops import OPS
+from ..registry import Registry
 
-__all__ = ["RegistryReport", "load_registry", "platform_findings", "stock_lines", "quiet_host_import", "PURE_TORCH"]
+__all__ = ["RegistryReport", "load_registry", "platform_findings", "stock_lines", "quiet_host_import", "PURE_TORCH",
+           "forced_here_warnings"]
 
 #: Plugins that are pure torch with a host sync per call: correct anywhere, slow on a GPU.
 PURE_TORCH = ("reference", "mega_reference")
@@ -104,6 +106,23 @@ def platform_findings(registry: Registry, here: Platform) -> tuple[list[str], li
             notes.append(f"op {op}: {runnable[0].name} would be chosen first on this CUDA machine ({here}): pure torch, "
                          f"with a host sync per call (slow); no faster enabled plugin is available here")
     return problems, notes
+
+
+def forced_here_warnings(registry: Any) -> list[str]:
+    """A line for every ``[force]``d plugin that is not available on this machine."""
+    here, out = local_platform(), []
+    for op, name in sorted(registry.config.force.items()):
+        if name not in registry:
+            continue
+        plugin = registry.get(name).plugin
+        try:
+            avail = plugin.available(here) if hasattr(plugin, "available") else None
+        except Exception as exc:  # noqa: BLE001 - report, do not die
+            out.append(f"force.{op} = {name!r}: available() raised {type(exc).__name__}: {exc}")
+            continue
+        if avail is not None and not avail:
+            out.append(f"force.{op} = {name!r} is not available on this machine ({here}): {avail.reason}; every {op} call here raises")
+    return out
 
 
 @contextlib.contextmanager

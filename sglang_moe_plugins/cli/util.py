@@ -1,15 +1,19 @@
-"""Shared pieces of the command line: one-line usage errors (JSON under ``--json``), tables, typed output."""
+"""Shared pieces of the command line: one-line usage errors (JSON under ``--json``), tables, typed output.
+
+Imports nothing heavy (no torch): the parser and ``--help`` use it before any command module is imported."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from typing import Any, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, Sequence
 
-from .hardware import Platform, local_platform
+if TYPE_CHECKING:
+    from ..hardware import Platform
 
-__all__ = ["UsageError", "Parser", "table", "emit", "parse_platform", "platform_arg", "positive_int", "rows_arg", "to_json"]
+__all__ = ["UsageError", "Parser", "fail", "set_argv", "table", "emit", "parse_platform", "platform_arg", "positive_int",
+           "rows_arg", "to_json"]
 
 
 class UsageError(Exception):
@@ -35,11 +39,13 @@ _ARGV: Sequence[str] | None = None
 
 
 def set_argv(argv: Sequence[str] | None) -> None:
+    """The command line ``Parser.error`` looks at for ``--json`` (``main`` sets it; ``None``: ``sys.argv``)."""
     global _ARGV
     _ARGV = argv
 
 
 def fail(prog: str, message: str, as_json: bool, code: int = 2, kind: str = "usage") -> NoReturn:
+    """Print one error line (a JSON ``{"error": ...}`` object under ``--json``) and exit with ``code``."""
     if as_json:
         print(json.dumps({"error": {"kind": kind, "message": message}}))
     else:
@@ -58,6 +64,8 @@ def to_json(value: Any) -> Any:
     """JSON types for the package's values: dataclasses as dicts, platforms as text, tuples as lists;
     booleans, numbers and None stay typed."""
     import dataclasses
+
+    from ..hardware import Platform
 
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -82,6 +90,8 @@ def emit(args: argparse.Namespace, payload: Any, text: str) -> None:
 
 def parse_platform(text: str | None) -> Platform:
     """``local`` (this machine), ``cpu`` or ``smNN`` (``sm90``, ``sm100``, ``sm120``)."""
+    from ..hardware import Platform, local_platform
+
     if text is None or text == "local":
         return local_platform()
     text = text.lower().strip()
