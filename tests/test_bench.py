@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sglang_moe_plugins import api
-from sglang_moe_plugins.bench.cli import run_bench
+from sglang_moe_plugins.cli.bench import run_bench
 from sglang_moe_plugins.bench.provenance import COMMIT_ENV, run_info, source_commit
 from sglang_moe_plugins.bench.report import rank_plugins
 from sglang_moe_plugins.bench.runner import Measurement, call_bytes
@@ -134,7 +134,7 @@ def test_rank_orders_winners_then_untimed_then_losers():
 def test_plot_needs_matplotlib_says_so(monkeypatch, capsys, tmp_path):
     import importlib.util
 
-    from sglang_moe_plugins._cli_util import UsageError
+    from sglang_moe_plugins.cli.util import UsageError
 
     if importlib.util.find_spec("matplotlib") is not None:
         timer = StubTimer({"reference": 5.0, "example_torch": 6.0})

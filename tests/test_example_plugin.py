@@ -22,7 +22,7 @@ from sglang_moe_plugins.catalog import get_model, silu_mul_quant_cases
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import silu_mul_quant as smq
 from sglang_moe_plugins.selection import Verdict
-from sglang_moe_plugins.testing import cli_check
+from sglang_moe_plugins.cli import check as cli_check
 
 from numerics import check_against_fp64
 

@@ -14,6 +14,8 @@ def test_import_has_no_side_effects():
         before = dict(os.environ)
         import torch
         import sglang_moe_plugins, sglang_moe_plugins.cli, sglang_moe_plugins.integrations.sglang
+        import sglang_moe_plugins.cli.list, sglang_moe_plugins.cli.explain, sglang_moe_plugins.cli.doctor
+        import sglang_moe_plugins.cli.check, sglang_moe_plugins.cli.bench
         import sglang_moe_plugins.plugins.reference, sglang_moe_plugins.plugins.reference.silu_mul_quant
         import sglang_moe_plugins.plugins.reference.mega_moe, sglang_moe_plugins.plugins.triton_smq.plugin
         import sglang_moe_plugins.plugins.triton_smq.tuning, sglang_moe_plugins.plugins.triton_common

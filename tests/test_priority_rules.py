@@ -256,7 +256,7 @@ def test_bench_writes_a_rule_for_a_call_whose_fastest_plugin_is_not_first(monkey
 
     import sglang_moe_plugins.bench.runner as runner
     from sglang_moe_plugins import api
-    from sglang_moe_plugins.bench.cli import run_bench
+    from sglang_moe_plugins.cli.bench import run_bench
     from sglang_moe_plugins.cli import build_parser
     from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP
 

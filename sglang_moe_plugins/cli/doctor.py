@@ -1,89 +1,37 @@
-"""The ``sglang-moe-plugins`` command: ``list``, ``explain``, ``doctor``, ``check``, ``bench``. ``--json`` for machines.
-
-A bad argument is one line naming it and what is allowed (a JSON ``{"error": ...}`` under ``--json``), exit 2.
-"""
+"""``sglang-moe-plugins doctor``: host versions, configuration, hooks applied or not and why, one probe call
+per available plugin. Exit status 1 when it lists a problem."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import platform as _py_platform
-import sys
 from importlib.metadata import PackageNotFoundError, entry_points, version
-from typing import Any, Sequence
+from typing import Any
 
-from ._version import CONTRACT_VERSION, __version__
-from ._cli_explain import add_explain_parser, forced_here_warnings
-from ._cli_health import load_registry, platform_findings, quiet_host_import, stock_lines
-from ._cli_util import Parser, UsageError, emit, fail, set_argv, table
-from .bench.cli import add_bench_parser
-from .errors import MoEPluginsError
-from .hardware import local_platform
-from .testing.cli_check import add_check_parser
+from .._version import CONTRACT_VERSION, __version__
+from ..hardware import local_platform
+from .health import forced_here_warnings, load_registry, platform_findings, quiet_host_import, stock_lines
+from .util import emit
 
-__all__ = ["main", "build_parser"]
+__all__ = ["add_arguments", "cmd_doctor"]
 
 
-# -- list ----------------------------------------------------------------------------------------
-def cmd_list(args: argparse.Namespace) -> int:
-    loaded = load_registry()
-    registry = loaded.registry
-    if registry is None:  # the configuration cannot be loaded: one line, exit 2 (no table to show)
-        if isinstance(loaded.error, MoEPluginsError):
-            raise loaded.error
-        fail("sglang-moe-plugins list", loaded.problems[0], bool(args.json), kind=type(loaded.error).__name__)
-    here = local_platform()
-    rows, payload = [], []
-    for record in registry.records():
-        try:
-            avail = record.plugin.available(here) if hasattr(record.plugin, "available") else None
-        except Exception as exc:  # noqa: BLE001 - show it, do not die
-            avail_text = f"error: {type(exc).__name__}: {exc}"
-        else:
-            avail_text = "yes" if avail is None or avail else f"no: {avail.reason}"
-        state = record.status
-        forced = registry.config.force.get(record.op) == record.name
-        if forced:
-            state += " [force]"
-        rows.append((record.name, record.op, record.priority, state, avail_text, record.dist_label))
-        payload.append({
-            "name": record.name, "op": record.op, "priority": record.priority,
-            "default_priority": record.default_priority, "enabled": record.enabled, "status": record.status, "forced": forced,
-            "available_here": avail_text, "distribution": record.distribution, "version": record.version,
-            "builtin": record.builtin, "entry_point": record.entry_point,
-            "options": dict(record.options), "description": record.description,
-        })
-    text = f"plugins (platform here: {here}):\n" + table(("name", "op", "priority", "state", "available here", "distribution"), rows)
-    not_loaded = [n.describe() for n in registry.not_loaded]
-    stock = stock_lines(registry)
-    platform_problems, platform_notes = platform_findings(registry, here)
-    warnings = forced_here_warnings(registry) + list(registry.notices) + platform_problems + platform_notes
-    problems = list(loaded.problems) + [p.describe() for p in registry.problems]
-    if loaded.failed:
-        problems.append("strict = true: start-up fails closed with the registry error above (every hooked call raises it); "
-                        "the table shows the plugins that would load without strict")
-    if not_loaded:
-        text += "\n\nnot loaded (never imported):\n" + "\n".join(f"  - {n}" for n in not_loaded)
-    if stock:
-        text += "\n\nstock ops (not hooked):\n" + "\n".join(f"  - {n}" for n in stock)
-    if warnings:
-        text += "\n\nWARNING:\n" + "\n".join(f"  - {w}" for w in warnings)
-    if problems:
-        text += "\n\nproblems (skipped entry points):\n" + "\n".join(f"  - {p}" for p in problems)
-    rules = [r.describe() for r in registry.config.priority_rules]
-    if rules:
-        text += "\n\npriority rules (per shape bucket; the first matching rule naming a plugin sets its priority):\n" + \
-            "\n".join(f"  - {r}" for r in rules)
-    if registry.config.notes:
-        text += "\n\nconfiguration notes:\n" + "\n".join(f"  - {n}" for n in registry.config.notes)
-    emit(args, {"platform": str(here), "plugins": payload, "problems": [p.__dict__ for p in registry.problems],
-                "problem_lines": problems, "not_loaded": [n.__dict__ for n in registry.not_loaded], "stock": stock,
-                "config_notes": list(registry.config.notes), "force": dict(registry.config.force), "warnings": warnings,
-                "priority_rules": rules}, text)
-    return 1 if loaded.failed else 0
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``doctor`` command's description and arguments; runs :func:`cmd_doctor`."""
+    parser.description = (
+        "Exit status: 1 when it lists a problem (among them: the configuration cannot be loaded, or under "
+        "strict the plugin registry cannot be built, so every hooked call would raise; a plugin that cannot "
+        "load; an op no enabled plugin can run here); 0 otherwise. Warnings do not change it.")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--no-hooks", action="store_true", help="skip importing SGLang to check the hook targets (fast)")
+    parser.add_argument("--strict-exit", action="store_true",
+                        help="accepted for compatibility: doctor always exits 1 when it lists a problem")
+    parser.add_argument("--no-self-check", action="store_true",
+                        help="skip running each available silu_mul_quant plugin once on a small probe call")
+    parser.set_defaults(func=cmd_doctor)
 
 
-# -- doctor --------------------------------------------------------------------------------------
 def _version_of(dist: str) -> str:
     try:
         return version(dist)
@@ -97,8 +45,8 @@ def _self_check(registry: Any) -> tuple[list[dict[str, str]], list[str]]:
     problem. Returns ``(rows, problems)``."""
     import torch
 
-    from .ops import silu_mul_quant as smq
-    from .selection import _as_support
+    from ..ops import silu_mul_quant as smq
+    from ..selection import _as_support
 
     here = local_platform()
     device = torch.device("cuda", torch.cuda.current_device()) if here.is_cuda else torch.device("cpu")
@@ -156,7 +104,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
     import sglang_moe_plugins
 
-    from .host_kernels import host_kernels_source
+    from ..host_kernels import host_kernels_source
 
     report: dict[str, Any] = {
         "versions": {
@@ -200,7 +148,7 @@ def _doctor(args: argparse.Namespace) -> int:
     hooks: list[dict[str, Any]] = []
     stock_ops = registry.config.stock if registry is not None else frozenset()
     if report["versions"]["sglang"] != "not installed" and not args.no_hooks:
-        from .integrations.sglang import hook_status, version_case
+        from ..integrations.sglang import hook_status, version_case
 
         status = hook_status()
         case = version_case()
@@ -247,47 +195,3 @@ def _doctor(args: argparse.Namespace) -> int:
     emit(args, report, "\n".join(lines))
     # Any listed problem exits 1 (a script checking the install must notice without a flag).
     return 1 if problems else 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="sglang-moe-plugins", description="Inspect, debug and measure MoE kernel plugin selection.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_list = sub.add_parser("list", help="every plugin: op, priority, state, availability, distribution")
-    p_list.add_argument("--json", action="store_true")
-    p_list.set_defaults(func=cmd_list)
-    add_explain_parser(sub)
-    p_doc = sub.add_parser(
-        "doctor", help="host versions, configuration, hooks applied or not and why",
-        description="Exit status: 1 when it lists a problem (among them: the configuration cannot be loaded, or under "
-                    "strict the plugin registry cannot be built, so every hooked call would raise; a plugin that cannot "
-                    "load; an op no enabled plugin can run here); 0 otherwise. Warnings do not change it.")
-    p_doc.add_argument("--json", action="store_true")
-    p_doc.add_argument("--no-hooks", action="store_true", help="skip importing SGLang to check the hook targets (fast)")
-    p_doc.add_argument("--strict-exit", action="store_true", help="accepted for compatibility: doctor always exits 1 when it lists a problem")
-    p_doc.add_argument("--no-self-check", action="store_true",
-                       help="skip running each available silu_mul_quant plugin once on a small probe call")
-    p_doc.set_defaults(func=cmd_doctor)
-    add_check_parser(sub)
-    add_bench_parser(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    set_argv(argv)
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    prog = f"sglang-moe-plugins {args.command}"
-    as_json = bool(getattr(args, "json", False))
-    try:
-        return int(args.func(args) or 0)
-    except UsageError as exc:
-        fail(prog, str(exc), as_json)
-    except MoEPluginsError as exc:
-        fail(prog, str(exc), as_json, kind=type(exc).__name__)
-    finally:
-        set_argv(None)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
