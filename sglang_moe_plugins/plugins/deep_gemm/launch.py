@@ -2,7 +2,7 @@
 
 :func:`build_launch` imports ``deep_gemm``, picks the buffer source, the SM reservation, the
 pre-dispatch and the entry point's keyword arguments, passing only what the installed release takes
-(:meth:`~sglang_moe_plugins.deep_gemm_api.DeepGemmApi.takes`), and returns ``launch(inputs, outputs)``.
+(:meth:`~sglang_moe_plugins.plugins.deep_gemm.api.DeepGemmApi.takes`), and returns ``launch(inputs, outputs)``.
 Per call it checks the token count, finds the cached buffer for ``(group, SM count)``, runs the
 pre-dispatch and the kernel: no import, no environment read, one SM reservation.
 """
@@ -10,22 +10,19 @@ pre-dispatch and the kernel: no import, no environment read, one SM reservation.
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import os
-import sys
 import threading
 from typing import Any, Callable, Iterator
 
 import torch
 
-from ..deep_gemm_api import DeepGemmApi, load_deep_gemm
-from ..errors import InvalidArgumentError, KernelNotAvailableError
-from ..ops.mega_moe import OP, MegaMoEConfig, MegaMoEInputs, MegaMoEOutputs, MegaMoEShape
+from ...errors import InvalidArgumentError, KernelNotAvailableError
+from ...ops.mega_moe import OP, MegaMoEConfig, MegaMoEInputs, MegaMoEOutputs, MegaMoEShape
+from .api import DeepGemmApi, load_deep_gemm
+from .sglang_host import HOST_BUFFER_KEYWORDS, host_helpers, sglang_jit_pre_dispatch
 
-__all__ = ["build_launch", "host_helpers"]
+__all__ = ["build_launch"]
 
-_SGLANG_HOST_MODULE = "sglang.srt.layers.moe.mega_moe"
 _RESERVED_SMS_ENV = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_RESERVED_SMS"
 
 _buffer_lock = threading.Lock()
@@ -33,59 +30,9 @@ _buffers: dict[tuple, Any] = {}
 
 Launch = Callable[[MegaMoEInputs, MegaMoEOutputs], None]
 
-#: The keywords build_launch offers SGLang's ``_get_mega_moe_symm_buffer`` (after the group and five sizes).
-_HOST_BUFFER_KEYWORDS = ("num_shared_experts", "mma_type", "activation")
 #: The top-k dtypes the prepared Triton pre-dispatch reads as they are (no per-call copy).
 _NATIVE_IDS = (torch.int32, torch.int64)
 _NATIVE_WEIGHTS = (torch.float32, torch.bfloat16)
-
-
-@functools.lru_cache(maxsize=16)
-def _host_buffer_keywords(function: Callable[..., Any]) -> frozenset[str] | None:
-    """The keywords of :data:`_HOST_BUFFER_KEYWORDS` that ``function`` takes (its signature, read once per
-    function): 0.5.21 takes ``mma_type`` only, 0.5.22 adds ``num_shared_experts``, 0.5.23 ``activation``.
-    None when the signature cannot be read."""
-    try:
-        parameters = inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return frozenset(_HOST_BUFFER_KEYWORDS)
-    return frozenset(k for k in _HOST_BUFFER_KEYWORDS if k in parameters)
-
-
-def _host_buffer(get_buffer: Callable[..., Any], keywords: frozenset[str]) -> Callable[..., Any]:
-    """``get_buffer`` called with only the keywords its release takes. A layer with shared experts on a
-    release whose helper has no ``num_shared_experts`` raises :class:`KernelNotAvailableError` (its buffer
-    would have no shared-expert activations)."""
-
-    def host_buffer(group: Any, *sizes: int, **offered: Any) -> Any:
-        if offered.get("num_shared_experts", 0) and "num_shared_experts" not in keywords:
-            raise KernelNotAvailableError(
-                f"SGLang's _get_mega_moe_symm_buffer takes no num_shared_experts on this release; "
-                f"num_shared_experts={offered['num_shared_experts']} needs it")
-        return get_buffer(group, *sizes, **{k: v for k, v in offered.items() if k in keywords})
-
-    host_buffer.keywords = keywords  # type: ignore[attr-defined]  # for tests
-    return host_buffer
-
-
-def host_helpers(api: DeepGemmApi) -> tuple[Callable[..., Any] | None, Callable[[Any], Any] | None]:
-    """SGLang's ``(_get_mega_moe_symm_buffer, _configure_mega_moe_deep_gemm_num_sms)`` when the process
-    already loaded SGLang's MegaMoE module (never imported from here). The buffer helper is wrapped to
-    pass only the keywords the host's signature has (read once per process), and used only when the
-    installed deep_gemm takes ``mma_type``."""
-    host = sys.modules.get(_SGLANG_HOST_MODULE)
-    if host is None:
-        return None, None
-    context = getattr(host, "_configure_mega_moe_deep_gemm_num_sms", None)
-    get_buffer = getattr(host, "_get_mega_moe_symm_buffer", None)
-    if get_buffer is None or not api.takes("get_symm_buffer_for_mega_moe", "mma_type"):
-        return None, context
-    keywords = _host_buffer_keywords(get_buffer)
-    if keywords is None or "mma_type" not in keywords:
-        return None, context
-    return _host_buffer(get_buffer, keywords), context
 
 
 def _sm_limit(device: torch.device | None = None) -> int:
@@ -127,11 +74,11 @@ def _make_reserve(deep_gemm: Any, host_context: Callable[[Any], Any] | None) -> 
 
 
 def build_launch(variant: Any, api: DeepGemmApi, choice: str, shape: MegaMoEShape, config: MegaMoEConfig, plugin: str) -> Launch:
-    """The launch closure of ``variant`` (a :class:`~.mega_deep_gemm.Variant`) for one shape and config."""
+    """The launch closure of ``variant`` (a :class:`~.plugin.Variant`) for one shape and config."""
     deep_gemm = load_deep_gemm()
     host_buffer, host_context = host_helpers(api)
     if host_buffer is not None and shape.num_shared_experts and \
-            "num_shared_experts" not in getattr(host_buffer, "keywords", _HOST_BUFFER_KEYWORDS):
+            "num_shared_experts" not in getattr(host_buffer, "keywords", HOST_BUFFER_KEYWORDS):
         host_buffer = None  # that release's helper makes no shared-expert buffers: deep_gemm's own
     cap, top_k, hidden = shape.max_tokens_per_rank, shape.top_k, shape.hidden
     sm100 = variant.arch == "sm100"
@@ -233,7 +180,7 @@ def _pre_dispatch(variant: Any, api: DeepGemmApi, choice: str, deep_gemm: Any, c
     rsf = config.routed_scaling_factor
     name = variant.variant
     if choice == "triton":
-        from ._mega_pre_dispatch_triton import prepare_pre_dispatch  # noqa: PLC0415
+        from .pre_dispatch_triton import prepare_pre_dispatch  # noqa: PLC0415
 
         # one prepared launcher per symmetric buffer and shared-expert block size (the buffer's
         # tensors and the block size are fixed in it); the buffer object is kept to check identity
@@ -261,7 +208,7 @@ def _pre_dispatch(variant: Any, api: DeepGemmApi, choice: str, deep_gemm: Any, c
 
         return pre
     if choice == "torch":
-        from ..ops.mega_moe_numerics import pre_dispatch_reference as ours  # noqa: PLC0415
+        from ...ops.mega_moe.formats import pre_dispatch_reference as ours  # noqa: PLC0415
 
         def pre(x, ids, weights, buf, num_tokens, block_m, shared):  # type: ignore[no-untyped-def]
             ours(x, ids, weights, buf.x, buf.x_sf, buf.topk_idx, buf.topk_weights, variant=name, routed_scaling_factor=rsf,
@@ -269,7 +216,7 @@ def _pre_dispatch(variant: Any, api: DeepGemmApi, choice: str, deep_gemm: Any, c
 
         return pre
     if variant.host_pre_dispatch == "sglang":
-        from sglang.kernels.ops.moe.dsv4 import mega_moe_pre_dispatch as jit  # noqa: PLC0415
+        jit = sglang_jit_pre_dispatch()
 
         def pre(x, ids, weights, buf, num_tokens, block_m, shared):  # type: ignore[no-untyped-def]
             if rsf != 1.0:

@@ -34,13 +34,14 @@ import ast
 import functools
 import importlib.util
 import inspect
-import logging
 import os
 import pathlib
 import textwrap
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Literal, Mapping
+
+from ...log import get_logger
 
 __all__ = [
     "Flavour",
@@ -55,7 +56,7 @@ __all__ = [
     "load_deep_gemm",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 Flavour = Literal["mma_type", "legacy_env", "no_mega", "absent"]
 E2M1Ties = Literal["even", "toward_zero"]

@@ -38,9 +38,10 @@ from typing import Literal
 
 import torch
 
-from ..quant import FP8_E4M3_MAX
-from .mega_moe import MegaMoEConfig, MegaMoEInputs, MegaMoEShape
-from .mega_moe_numerics import _swiglu, deinterleave_gate_up, quantize_activations
+from ...quant import FP8_E4M3_MAX
+from . import MegaMoEConfig, MegaMoEInputs, MegaMoEShape
+from .activation import swiglu
+from .formats import deinterleave_gate_up, quantize_activations
 
 __all__ = [
     "Sm90Numerics",
@@ -241,7 +242,7 @@ def _sm90_expert_forward(xq: torch.Tensor, xs: torch.Tensor, weight: torch.Tenso
     """One expert's rows through the SM90 kernel's numerics: fp32 ``[rows, H]`` before the bf16 cast."""
     w1, s1, w2, s2 = parts
     h = sm90_block_gemm(xq, xs, w1, s1, block_k=128, numerics=numerics, ratio_rescale=ratio_rescale)
-    act = _swiglu(h, config, weight)
+    act = swiglu(h, config, weight)
     group = numerics.l2_act_group
     aq, a_scale = sm90_l2_quantize(act, group)
     w_scale = s2.repeat_interleave(128 // group, dim=1)  # the 128x128 weight block over each group

@@ -3,7 +3,7 @@
 Each plugin is a row of :data:`VARIANTS` (a frozen :class:`Variant`) run by one class,
 :class:`MegaDeepGemmPlugin`. A call makes the calls SGLang 0.5.23's ``run_mega_routed_experts`` makes
 for its variant, with only the arguments the installed sgl-deep-gemm release takes
-(:class:`~sglang_moe_plugins.deep_gemm_api.DeepGemmApi`, read from its signatures):
+(:class:`~sglang_moe_plugins.plugins.deep_gemm.api.DeepGemmApi`, read from its signatures):
 
 1. the symmetric buffer: SGLang's cached ``_get_mega_moe_symm_buffer`` when SGLang's MegaMoE module is
    loaded and the release takes SGLang's arguments (one buffer per layer shape, shared with SGLang's
@@ -26,16 +26,16 @@ import), so every rank answers the same.
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, ClassVar
 
-from ..contract import OptionValueError, Plugin, Support
-from ..deep_gemm_api import DeepGemmApi, detect_deep_gemm_api
-from ..hardware import Platform, triton_available
-from ..ops.mega_moe import OP, MegaMoEConfig, MegaMoEInputs, MegaMoEOutputs, MegaMoEShape
+from ...contract import OptionValueError, Plugin, Support
+from ...hardware import Platform, triton_available
+from ...ops.mega_moe import OP, MegaMoEConfig, MegaMoEInputs, MegaMoEOutputs, MegaMoEShape
+from .api import DeepGemmApi, detect_deep_gemm_api
+from .sglang_host import sglang_installed
 
 __all__ = [
     "Variant",
@@ -97,12 +97,6 @@ SM90_FP8 = Variant(
     128, 128, None, False, "fp8_mega_moe", (128, 128, 128), "mega_moe_pre_dispatch_sm90", 128,
 )
 VARIANTS: tuple[Variant, ...] = (W4A8, W4A4, SM90_FP8)
-
-def _sglang_installed() -> bool:
-    try:
-        return importlib.util.find_spec("sglang") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def _arch(v: Variant, platform: Platform) -> Support:
@@ -174,7 +168,7 @@ def _shapes(v: Variant, shape: MegaMoEShape, api: DeepGemmApi) -> Support:
 
 def _host_pre_dispatch(v: Variant, shape: MegaMoEShape, api: DeepGemmApi) -> Support:
     if v.host_pre_dispatch == "sglang":
-        if not _sglang_installed():
+        if not sglang_installed():
             return Support.no("option pre_dispatch='host' needs SGLang's JIT mega_moe_pre_dispatch (sglang is not installed)")
         if shape.hidden > 8192 and shape.hidden % 256:
             return Support.no(f"SGLang's JIT pre-dispatch needs hidden above 8192 to be a multiple of 256, got {shape.hidden}")
@@ -298,7 +292,7 @@ class MegaDeepGemmPlugin(Plugin):
             with self._lock:
                 launch = self._prepared.get(key)
                 if launch is None:
-                    from ._mega_deep_gemm_launch import build_launch  # noqa: PLC0415 - deep_gemm and friends on first use
+                    from .launch import build_launch  # noqa: PLC0415 - deep_gemm and friends on first use
 
                     if len(self._prepared) >= 256:
                         self._prepared.clear()
