@@ -4,7 +4,8 @@
 pre-dispatch and the entry point's keyword arguments, passing only what the installed release takes
 (:meth:`~sglang_moe_plugins.plugins.deep_gemm.api.DeepGemmApi.takes`), and returns ``launch(inputs, outputs)``.
 Per call it checks the token count, finds the cached buffer for ``(group, SM count)``, runs the
-pre-dispatch and the kernel: no import, no environment read, one SM reservation.
+pre-dispatch and the kernel: no import, no environment read, one SM reservation. What it takes from
+SGLang (its buffer cache, SM reservation and JIT pre-dispatch) comes from :mod:`.sglang_host`.
 """
 
 from __future__ import annotations
