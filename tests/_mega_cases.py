@@ -8,9 +8,9 @@ import pathlib
 from typing import Any
 
 
-from sglang_moe_plugins.deep_gemm_api import DeepGemmApi
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
+from sglang_moe_plugins.plugins.deep_gemm.api import DeepGemmApi
 from sglang_moe_plugins.testing.mega_moe import MegaProblem
 from sglang_moe_plugins.testing.mega_moe import make_problem as _make_problem
 

@@ -191,7 +191,7 @@ class MegaCrashesOnZeroTokensPlugin(_MegaW4A8Only):
 import torch.distributed as dist  # noqa: E402
 
 from sglang_moe_plugins.ops import mega_moe as mm  # noqa: E402
-from sglang_moe_plugins.ops.mega_moe_numerics import mega_moe_reference  # noqa: E402
+from sglang_moe_plugins.ops.mega_moe.reference import mega_moe_reference  # noqa: E402
 
 
 class FirstTilePlugin(ExampleTorchPlugin):

@@ -30,11 +30,11 @@ import pytest
 import torch
 
 from _mega_cases import API_LEGACY, API_MMA_TYPE, make_problem
-from sglang_moe_plugins import deep_gemm_api as dga
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
-from sglang_moe_plugins.plugins import _mega_deep_gemm_launch as launch_mod
-from sglang_moe_plugins.plugins import mega_deep_gemm as mdg
+from sglang_moe_plugins.plugins.deep_gemm import api as dga
+from sglang_moe_plugins.plugins.deep_gemm import launch as launch_mod
+from sglang_moe_plugins.plugins.deep_gemm import plugin as mdg
 
 
 class Expected(NamedTuple):

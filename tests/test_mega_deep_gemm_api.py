@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from sglang_moe_plugins import deep_gemm_api as dga
+from sglang_moe_plugins.plugins.deep_gemm import api as dga
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -91,6 +91,11 @@ def test_importing_the_mega_modules_has_no_side_effects() -> None:
         import sglang_moe_plugins.ops.mega_moe_numerics, sglang_moe_plugins.plugins.mega_reference
         import sglang_moe_plugins.plugins.mega_deep_gemm, sglang_moe_plugins.plugins._mega_pre_dispatch_triton
         import sglang_moe_plugins.plugins._mega_deep_gemm_launch
+        import sglang_moe_plugins.ops.mega_moe.formats, sglang_moe_plugins.ops.mega_moe.reference
+        import sglang_moe_plugins.ops.mega_moe.sm90, sglang_moe_plugins.ops.mega_moe.activation
+        import sglang_moe_plugins.plugins.deep_gemm.api, sglang_moe_plugins.plugins.deep_gemm.plugin
+        import sglang_moe_plugins.plugins.deep_gemm.launch, sglang_moe_plugins.plugins.deep_gemm.sglang_host
+        import sglang_moe_plugins.plugins.deep_gemm.pre_dispatch_triton, sglang_moe_plugins.plugins.deep_gemm.pre_dispatch_kernel
         import sglang_moe_plugins.integrations.mega_adapter
         import torch
         print(json.dumps({

@@ -21,9 +21,9 @@ from _mega_cases import API_MMA_TYPE, make_problem
 from sglang_moe_plugins.errors import InvalidArgumentError, KernelNotAvailableError
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
-from sglang_moe_plugins.ops import mega_moe_numerics as nm
-from sglang_moe_plugins.plugins import _mega_deep_gemm_launch as launch_mod
-from sglang_moe_plugins.plugins import mega_deep_gemm as mdg
+from sglang_moe_plugins.ops.mega_moe import formats as nm
+from sglang_moe_plugins.plugins.deep_gemm import launch as launch_mod
+from sglang_moe_plugins.plugins.deep_gemm import plugin as mdg
 
 deep_gemm = pytest.importorskip("deep_gemm", reason="the real sgl-deep-gemm API (signatures) is needed")
 
@@ -293,7 +293,7 @@ def test_the_launch_is_prepared_once_per_key(monkeypatch: pytest.MonkeyPatch) ->
     plugin = mdg.MegaSm90Fp8Plugin(API_MMA_TYPE)
     plugin.options = {"pre_dispatch": "torch"}
     prepared = []
-    from sglang_moe_plugins.plugins import _mega_deep_gemm_launch as launch_module
+    from sglang_moe_plugins.plugins.deep_gemm import launch as launch_module
 
     real = launch_module.build_launch
     monkeypatch.setattr(launch_module, "build_launch", lambda *a: prepared.append(a[3]) or real(*a))

@@ -20,9 +20,9 @@ import textwrap
 import pytest
 
 from _mega_cases import API_MMA_TYPE, model_key
-from sglang_moe_plugins import deep_gemm_api as dga
 from sglang_moe_plugins.hardware import Platform
-from sglang_moe_plugins.plugins import mega_deep_gemm as mdg
+from sglang_moe_plugins.plugins.deep_gemm import api as dga
+from sglang_moe_plugins.plugins.deep_gemm import plugin as mdg
 from test_deep_gemm_releases import RELEASES, _sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,7 +44,7 @@ def test_detection_reads_the_tie_rule(version: str) -> None:
 
 _SCRIPT = r"""
 import importlib.util, json, sys, torch
-from sglang_moe_plugins.plugins._mega_pre_dispatch_triton import PreDispatchTiling, pre_dispatch
+from sglang_moe_plugins.plugins.deep_gemm.pre_dispatch_triton import PreDispatchTiling, pre_dispatch
 
 spec = importlib.util.spec_from_file_location("release_math", sys.argv[1])
 math = importlib.util.module_from_spec(spec)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from sglang_moe_plugins.errors import KernelNotAvailableError
-from sglang_moe_plugins.plugins import _mega_deep_gemm_launch as launch_mod
+from sglang_moe_plugins.plugins.deep_gemm import sglang_host as host_mod
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
 from test_sglang_releases import MEGA, _function  # noqa: E402
@@ -54,9 +54,9 @@ def test_host_buffer_gets_only_its_release_keywords(release: str, keywords: set,
         with pytest.raises(TypeError):
             host_fn("group", *SIZES, **OFFERED)
     context = object()
-    monkeypatch.setitem(sys.modules, launch_mod._SGLANG_HOST_MODULE,
+    monkeypatch.setitem(sys.modules, host_mod._SGLANG_HOST_MODULE,
                         SimpleNamespace(_get_mega_moe_symm_buffer=host_fn, _configure_mega_moe_deep_gemm_num_sms=context))
-    get_buffer, got_context = launch_mod.host_helpers(_Api())
+    get_buffer, got_context = host_mod.host_helpers(_Api())
     assert got_context is context and get_buffer is not None
     assert get_buffer.keywords == keywords
     assert get_buffer("group", *SIZES, **OFFERED) == "buffer"
@@ -73,11 +73,11 @@ def test_host_buffer_gets_only_its_release_keywords(release: str, keywords: set,
 
 def test_signature_is_read_once_per_function(monkeypatch: pytest.MonkeyPatch) -> None:
     host_fn, _ = _stand_in("0.5.22")
-    monkeypatch.setitem(sys.modules, launch_mod._SGLANG_HOST_MODULE, SimpleNamespace(_get_mega_moe_symm_buffer=host_fn))
-    launch_mod._host_buffer_keywords.cache_clear()
+    monkeypatch.setitem(sys.modules, host_mod._SGLANG_HOST_MODULE, SimpleNamespace(_get_mega_moe_symm_buffer=host_fn))
+    host_mod._host_buffer_keywords.cache_clear()
     for _ in range(3):
-        launch_mod.host_helpers(_Api())
-    info = launch_mod._host_buffer_keywords.cache_info()
+        host_mod.host_helpers(_Api())
+    info = host_mod._host_buffer_keywords.cache_info()
     assert (info.misses, info.hits) == (1, 2)
 
 
@@ -85,5 +85,5 @@ def test_no_host_buffer_without_mma_type(monkeypatch: pytest.MonkeyPatch) -> Non
     def old_helper(group, num_experts, num_max_tokens_per_rank, num_topk, hidden, intermediate_hidden):  # type: ignore[no-untyped-def]
         return "buffer"
 
-    monkeypatch.setitem(sys.modules, launch_mod._SGLANG_HOST_MODULE, SimpleNamespace(_get_mega_moe_symm_buffer=old_helper))
-    assert launch_mod.host_helpers(_Api())[0] is None
+    monkeypatch.setitem(sys.modules, host_mod._SGLANG_HOST_MODULE, SimpleNamespace(_get_mega_moe_symm_buffer=old_helper))
+    assert host_mod.host_helpers(_Api())[0] is None

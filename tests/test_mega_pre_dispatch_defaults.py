@@ -11,7 +11,7 @@ import pytest
 
 from _mega_cases import API_MMA_TYPE, model_key
 from sglang_moe_plugins.hardware import Platform
-from sglang_moe_plugins.plugins import mega_deep_gemm as mdg
+from sglang_moe_plugins.plugins.deep_gemm import plugin as mdg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SM90, SM100 = Platform.cuda(9, 0), Platform.cuda(10, 0)

@@ -20,8 +20,8 @@ _SCRIPT = """
 import torch
 import triton
 import triton.language as tl
-from sglang_moe_plugins.ops.mega_moe_numerics import pre_dispatch_reference
-from sglang_moe_plugins.plugins._mega_pre_dispatch_triton import PreDispatchTiling, pre_dispatch
+from sglang_moe_plugins.ops.mega_moe.formats import pre_dispatch_reference
+from sglang_moe_plugins.plugins.deep_gemm.pre_dispatch_triton import PreDispatchTiling, pre_dispatch
 
 def buffers(variant, rows, hidden, top_k):
     if variant == "mxf4xmxf4":
@@ -96,7 +96,7 @@ def test_pre_dispatch_kernel_under_interpreter() -> None:
 
 def test_choose_tiling_follows_the_measured_rules():
     """The tiles behind benchmarks/results/mega_pre_dispatch_h200.md (a pure function of the sizes)."""
-    from sglang_moe_plugins.plugins._mega_pre_dispatch_triton import PreDispatchTiling as T, choose_tiling as c
+    from sglang_moe_plugins.plugins.deep_gemm.pre_dispatch_triton import PreDispatchTiling as T, choose_tiling as c
 
     assert c(8192, 4096, 32) == c(2048, 7168, 32) == c(1024, 4096, 128) == T(4, 1024, 4)
     assert c(512, 4096, 32) == c(512, 4096, 32, packed_fp4=True) == c(256, 7168, 128) == T(8, 512, 4)
@@ -110,7 +110,7 @@ def test_choose_tiling_follows_the_measured_rules():
 
 _LAUNCHER_SCRIPT = """
 import torch
-from sglang_moe_plugins.plugins import _mega_pre_dispatch_triton as P
+from sglang_moe_plugins.plugins.deep_gemm import pre_dispatch_triton as P
 
 def buffers(variant, rows, hidden, top_k):
     if variant == "mxf4xmxf4":
@@ -158,7 +158,7 @@ def test_prepared_launcher_equals_pre_dispatch_under_interpreter() -> None:
 def test_prepared_launcher_checks_its_buffers() -> None:
     import torch
 
-    from sglang_moe_plugins.plugins._mega_pre_dispatch_triton import prepare_pre_dispatch
+    from sglang_moe_plugins.plugins.deep_gemm.pre_dispatch_triton import prepare_pre_dispatch
 
     x = torch.empty(8, 256, dtype=torch.float8_e4m3fn)
     sf = torch.empty(8, 2)

@@ -16,9 +16,9 @@ import torch
 from _mega_cases import API_MMA_TYPE, make_problem
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
-from sglang_moe_plugins.ops import mega_moe_numerics as nm
-from sglang_moe_plugins.plugins import _mega_pre_dispatch_triton as triton_mod
-from sglang_moe_plugins.plugins import mega_deep_gemm as mdg
+from sglang_moe_plugins.ops.mega_moe import formats as nm
+from sglang_moe_plugins.plugins.deep_gemm import plugin as mdg
+from sglang_moe_plugins.plugins.deep_gemm import pre_dispatch_triton as triton_mod
 
 pytest.importorskip("triton")
 from test_mega_deep_gemm_call import FakeGroup, Recorder, _assert_buffer, _expected_buffer  # noqa: E402

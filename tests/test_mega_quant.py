@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_moe_plugins.ops import mega_moe_numerics as nm
+from sglang_moe_plugins.ops.mega_moe import formats as nm
 from sglang_moe_plugins.quant import quantize_e2m1, unpack_ue8m0_bytes
 
 dgm = pytest.importorskip("deep_gemm.utils.math", reason="sgl-deep-gemm's torch references (deep_gemm.utils.math)")

@@ -9,8 +9,9 @@ import torch
 from _mega_cases import Problem, make_problem
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
-from sglang_moe_plugins.ops import mega_moe_numerics as nm
-from sglang_moe_plugins.ops.mega_moe_sm90_numerics import SM90_EXACT, Sm90Numerics
+from sglang_moe_plugins.ops.mega_moe import formats as nm
+from sglang_moe_plugins.ops.mega_moe.reference import mega_moe_reference
+from sglang_moe_plugins.ops.mega_moe.sm90 import SM90_EXACT, Sm90Numerics
 from sglang_moe_plugins.plugins.reference.mega_moe import MegaReferencePlugin
 
 dgm = pytest.importorskip("deep_gemm.utils.math", reason="sgl-deep-gemm's torch references quantize x independently")
@@ -207,7 +208,7 @@ def _run_reference(p: Problem, sm90: Sm90Numerics | None = None) -> torch.Tensor
     if sm90 is None:
         MegaReferencePlugin().run(p.inputs, out, p.shape, p.config)
     else:
-        nm.mega_moe_reference(p.inputs, out, p.shape, p.config, sm90=sm90)
+        mega_moe_reference(p.inputs, out, p.shape, p.config, sm90=sm90)
     return out.y
 
 

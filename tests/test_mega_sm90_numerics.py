@@ -1,4 +1,4 @@
-"""The SM90 kernel's GEMM accumulation model (mega_moe_sm90_numerics) against a scalar model
+"""The SM90 kernel's GEMM accumulation model (ops/mega_moe/sm90.py) against a scalar model
 written independently, and its effect on mega_reference (CPU)."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import torch
 
 from _mega_cases import make_problem
 from sglang_moe_plugins.ops import mega_moe as mm
-from sglang_moe_plugins.ops import mega_moe_numerics as nm
-from sglang_moe_plugins.ops.mega_moe_sm90_numerics import (
+from sglang_moe_plugins.ops.mega_moe import formats as nm
+from sglang_moe_plugins.ops.mega_moe.reference import mega_moe_reference
+from sglang_moe_plugins.ops.mega_moe.sm90 import (
     Sm90Numerics,
     _aligned_step,
     sm90_block_gemm,
@@ -154,7 +155,7 @@ def test_l2_activations_are_quantized_per_64() -> None:
 
 
 def nm_l2(act):
-    from sglang_moe_plugins.ops.mega_moe_sm90_numerics import sm90_l2_quantize
+    from sglang_moe_plugins.ops.mega_moe.sm90 import sm90_l2_quantize
 
     return sm90_l2_quantize(act, 64)
 
@@ -171,7 +172,7 @@ def test_reference_numerics_close_to_exact(tokens: int, top_k: int, experts: int
     for numerics in (None, Sm90Numerics(), summed):
         out = mm.allocate_outputs(p.shape, p.config, p.inputs.device, num_tokens=tokens)
         out.y.fill_(float("nan"))
-        nm.mega_moe_reference(p.inputs, out, p.shape, p.config, sm90=numerics)
+        mega_moe_reference(p.inputs, out, p.shape, p.config, sm90=numerics)
         ys.append(out.y.double())
     for y in (ys[0], ys[2]):
         rel = ((y - ys[1]).norm() / ys[1].norm()).item()

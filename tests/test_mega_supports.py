@@ -9,7 +9,7 @@ import pytest
 from _mega_cases import API_ABSENT, API_LEGACY, API_MMA_TYPE, model_key, with_platform
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
-from sglang_moe_plugins.plugins.mega_deep_gemm import MegaSm90Fp8Plugin, MegaW4A4Plugin, MegaW4A8Plugin
+from sglang_moe_plugins.plugins.deep_gemm.plugin import MegaSm90Fp8Plugin, MegaW4A4Plugin, MegaW4A8Plugin
 from sglang_moe_plugins.plugins.mega_reference import MegaReferencePlugin
 from sglang_moe_plugins.registry import Registry
 from sglang_moe_plugins.selection import Selector, Verdict
@@ -152,7 +152,7 @@ def test_api_reasons() -> None:
 def test_variants_table_keeps_names_priorities_and_entry_points() -> None:
     from importlib import metadata
 
-    from sglang_moe_plugins.plugins import mega_deep_gemm as mdg
+    from sglang_moe_plugins.plugins.deep_gemm import plugin as mdg
 
     assert [(v.name, v.priority, v.variant, v.kernel) for v in mdg.VARIANTS] == [
         ("mega_w4a8", 100, "fp8xfp4", "fp8_fp4_mega_moe"), ("mega_w4a4", 110, "mxf4xmxf4", "fp8_fp4_mega_moe"),
@@ -173,7 +173,7 @@ def test_pre_dispatch_option_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
     no_host = dataclasses.replace(API_MMA_TYPE, signatures=tuple(x for x in API_MMA_TYPE.signatures if x[0] != "mega_moe_pre_dispatch"))
     assert "needs deep_gemm.mega_moe_pre_dispatch" in _check(_plugin(MegaW4A4Plugin, no_host, "host"), shape, config)
     w4a4.options = {"pre_dispatch": "host"}
-    import sglang_moe_plugins.plugins.mega_deep_gemm as mdg
+    import sglang_moe_plugins.plugins.deep_gemm.plugin as mdg
 
     monkeypatch.setattr(mdg, "triton_available", lambda: False)
     w4a4.options = {"pre_dispatch": "triton"}

@@ -19,7 +19,7 @@ PLUGIN = textwrap.dedent(
 
     from sglang_moe_plugins.contract import Plugin, Support
     from sglang_moe_plugins.ops import mega_moe as mm
-    from sglang_moe_plugins.ops.mega_moe_numerics import mega_moe_reference
+    from sglang_moe_plugins.ops.mega_moe.reference import mega_moe_reference
 
 
     class TorchMegaPlugin(Plugin):

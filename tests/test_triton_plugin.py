@@ -509,7 +509,7 @@ def test_low_level_launch_passes_hooks_only_when_installed(monkeypatch):
 
 
 def test_next_pow2_is_shared():
-    from sglang_moe_plugins.plugins import _mega_pre_dispatch_triton as P
+    from sglang_moe_plugins.plugins.deep_gemm import pre_dispatch_triton as P
     from sglang_moe_plugins.plugins.triton_common import next_pow2
 
     assert [next_pow2(n) for n in (0, 1, 2, 3, 4, 5, 1023, 1024, 1025)] == [1, 1, 2, 4, 4, 8, 1024, 1024, 2048]

@@ -146,7 +146,7 @@ PRE_DISPATCH_CASES = [
 def test_pre_dispatch_prepared_arguments_compile_what_the_jit_launch_would(specialise, variant, T, H, K, shared):
     """``PreDispatchLauncher`` plans with the inputs as dtypes (every integer argument of this kernel is
     specialised by value, and all of them are fixed by the plan's key: T, H, strides, dtypes, buffers)."""
-    from sglang_moe_plugins.plugins import _mega_pre_dispatch_triton as P
+    from sglang_moe_plugins.plugins.deep_gemm import pre_dispatch_triton as P
 
     if shared and variant != "fp8xfp4":
         pytest.skip("the shared expert's scale copy exists for fp8xfp4 only")
@@ -170,7 +170,7 @@ def test_pre_dispatch_prepared_arguments_compile_what_the_jit_launch_would(speci
     strides = (x.stride(0), ids.stride(0), w.stride(0))
     grid, jit_args, jit_kwargs = P._arguments(x, ids, w, strides, T, H, *buffers, **options)
     grid_p, prepared_args, prepared_kwargs = P._arguments(x.dtype, ids.dtype, w.dtype, strides, T, H, *buffers, **options)
-    kernel = P._kernel()
+    kernel = P.pre_dispatch_kernel()
     assert all(a.data_ptr() % 16 == 0 for a in jit_args if isinstance(a, torch.Tensor))
     jit_values, jit_spec, jit_options = specialise(kernel, jit_args, jit_kwargs)
     _, prepared_spec, prepared_options = specialise(kernel, prepared_args, prepared_kwargs)

@@ -35,7 +35,7 @@ def test_matches_the_reference_exactly(variant, shared):
     got.y.fill_(float("nan"))
     ExampleTorchMegaPlugin().run(p.inputs, got, p.shape, p.config)
     assert compare_with_reference(p.inputs, got.y, p.shape, p.config) is None
-    from sglang_moe_plugins.ops.mega_moe_numerics import mega_moe_reference
+    from sglang_moe_plugins.ops.mega_moe.reference import mega_moe_reference
 
     want = mm.allocate_outputs(p.shape, p.config, torch.device("cpu"), num_tokens=9)
     mega_moe_reference(p.inputs, want, p.shape, p.config)

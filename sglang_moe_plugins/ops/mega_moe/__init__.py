@@ -23,6 +23,11 @@ The op is backend-neutral: its types name no kernel library and carry no host ob
 tensors, plain values and the expert-parallel ``torch.distributed`` process group; what a backend
 needs besides (DeepGEMM's API, its symmetric buffer, SGLang's helpers) lives in that backend's plugins.
 A plugin for this op can be written with torch alone (tests/test_mega_third_party.py).
+
+This package holds the op's types, :func:`describe` and the output checks; its submodules, which it
+never imports, hold the numerics: :mod:`.formats` (pre-dispatch activation formats, DeepGEMM weight
+layouts and their decoding), :mod:`.activation` (the kernels' SwiGLU), :mod:`.sm90` (the SM90 GEMM
+emulation) and :mod:`.reference` (the reference forward).
 """
 
 from __future__ import annotations
@@ -32,9 +37,9 @@ from typing import Any, Literal
 
 import torch
 
-from ..errors import InvalidArgumentError, OutputValidationError
-from ..hardware import Platform, platform_of
-from .base import BF16_MIN_NORMAL, OpSpec, finite_float
+from ...errors import InvalidArgumentError, OutputValidationError
+from ...hardware import Platform, platform_of
+from ..base import BF16_MIN_NORMAL, OpSpec, finite_float
 
 __all__ = [
     "OP",
