@@ -41,7 +41,9 @@ def resolve_platform(text: str) -> tuple[Platform, str]:
 
 
 def _is_config_path(text: str) -> bool:
-    return text.endswith(".json") or os.sep in text or os.path.isfile(text)
+    """A config.json (or a directory holding one) rather than a catalog id: catalog ids contain '/' too
+    (``Qwen/Qwen3-30B-A3B``), so only a ``.json`` name or an existing path counts."""
+    return text.endswith(".json") or os.path.exists(text)
 
 
 def _models(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
