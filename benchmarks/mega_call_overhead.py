@@ -1,6 +1,6 @@
 """Eager host time of one SM90 MegaMoE call: DeepGEMM's calls made directly vs the same calls through
 ``mega_sm90_fp8`` (its prepared launch) and through the real hook, ``integrations.sglang.mega_moe_hook``
-(``mega_adapter.plan_for``, the op bound once per layer plan, ``Selector.call``). One H200, a process group of one rank, sgl-deep-gemm 0.1.5.post1 (or any 0.1.4.post1+).
+(``integrations.sglang.mega_moe.run``: the layer plan, the op bound once per plan and kept by the Selector, ``Selector.call``). One H200, a process group of one rank, sgl-deep-gemm 0.1.5.post1 (or any 0.1.4.post1+).
 
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \\
         python benchmarks/mega_call_overhead.py [--tokens 32] [--experts 8 --hidden 1024 --inter 512 --topk 2] \\
@@ -43,7 +43,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sglang_moe_plugins import api  # noqa: E402
-from sglang_moe_plugins.integrations import mega_adapter as ma  # noqa: E402
+from sglang_moe_plugins.integrations.sglang import mega_moe as ma  # noqa: E402
 from sglang_moe_plugins.integrations.sglang import mega_moe_hook  # noqa: E402
 from sglang_moe_plugins.ops import mega_moe as mm  # noqa: E402
 from sglang_moe_plugins.plugins.mega_deep_gemm import MegaSm90Fp8Plugin  # noqa: E402
@@ -148,8 +148,8 @@ def cpu_main(args: argparse.Namespace) -> None:
         return hooked(experts, i.hidden_states, i.topk_ids, i.topk_weights, **kwargs)
 
     y = through()
-    if len(ma._plans) != 1:
-        raise SystemExit(f"the layer's MegaMoE plan was not cached ({len(ma._plans)} plans)")
+    if len(ma.PLANS) != 1:
+        raise SystemExit(f"the layer's MegaMoE plan was not cached ({len(ma.PLANS)} plans)")
     chosen = api.get_selector().explain(mm.OP, shape, config).chosen
     if chosen is None or chosen.name != "noop_mega" or tuple(y.shape) != (t, shape.hidden):
         raise SystemExit(f"the hooked call did not run noop_mega: {chosen}, {tuple(y.shape)}")

@@ -91,7 +91,7 @@ def test_importing_the_mega_modules_has_no_side_effects() -> None:
         import sglang_moe_plugins.ops.mega_moe_numerics, sglang_moe_plugins.plugins.mega_reference
         import sglang_moe_plugins.plugins.mega_deep_gemm, sglang_moe_plugins.plugins._mega_pre_dispatch_triton
         import sglang_moe_plugins.plugins._mega_deep_gemm_launch
-        import sglang_moe_plugins.integrations.mega_adapter
+        import sglang_moe_plugins.integrations.sglang.mega_moe
         import torch
         print(json.dumps({
             "modules": sorted(m for m in ("deep_gemm", "triton", "sglang") if m in sys.modules),
