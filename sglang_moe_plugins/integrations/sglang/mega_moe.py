@@ -25,7 +25,7 @@ NoPluginAvailableError (MegaMoE is collective: never a per-rank fallback).
 
 **Planned once per layer** (:mod:`.mega_plan`). What depends only on the layer and its call flags
 (validation of the weights, shape, config, the process group, the output scale) is computed the first
-time and kept in a plan, keyed by a cheap tuple of the raw arguments (:func:`plan_key`): the ``id()``
+time and kept in a plan, keyed by a cheap tuple of the raw arguments (:func:`plan_for`): the ``id()``
 of the experts object and of its weight containers, every flag that decides whether the call is
 modelled, the other keyword arguments, dtypes, devices; never the token count. A hit checks that the
 experts object and the weight tensors are the very ones planned and the token count's consequences
@@ -70,7 +70,6 @@ __all__ = [
     "build_call",
     "mega_moe_hook",
     "plan_for",
-    "plan_key",
     "reset",
     "run",
     "variant_of",
@@ -160,55 +159,6 @@ def variant_of(experts: Any, host: MegaHost | None = None) -> str | None:
     return "mxf4xmxf4" if getattr(experts, "_mega_moe_w4a4", False) else "fp8xfp4"
 
 
-def plan_key(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwargs: dict[str, Any]) -> tuple:
-    """Everything a plan depends on that a dict lookup can compare; the identities it cannot (the experts
-    object, the weight tensors) a hit checks against the plan's weak references. The flags that decide
-    delegation (``routing_in_buffer``, NVFP4, weights built) are part of it: a call that must go to SGLang
-    never finds a plan. KeyError, AttributeError or TypeError for arguments that are not the host's."""
-    get = kwargs.get
-    return (
-        id(experts), id(experts.mega_l1_weights), id(experts.mega_l2_weights), tuple(kwargs),
-        kwargs["hidden_size"], kwargs["intermediate_size"], kwargs["top_k"],
-        get("activation_clamp"), get("routed_scaling_factor", 1.0), get("activation", "swiglu"),
-        get("num_shared_experts", 0), id(get("shared_l1_weights")), id(get("shared_l2_weights")),
-        get("routing_in_buffer", False),
-        getattr(experts, "_mega_moe_nvfp4", False), getattr(experts, "_mega_moe_weights_built", False),
-        hidden_states.dtype, hidden_states.device,
-        None if topk_ids is None else topk_ids.dtype, None if topk_weights is None else topk_weights.dtype,
-    )
-
-
-def plan_for(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwargs: dict[str, Any]) -> MegaPlan | None:
-    """The layer's plan for a ``run_mega_routed_experts`` call (a dict lookup and the batch checks on a
-    hit), or None to run the original unchanged. Raises InvalidArgumentError for arguments the op rejects."""
-    try:
-        key = plan_key(experts, hidden_states, topk_ids, topk_weights, kwargs)
-        plan = PLANS.get(key)
-    except (KeyError, AttributeError, TypeError):
-        key = plan = None
-    if plan is not None:
-        watch = plan.watch
-        try:
-            a, b = experts.mega_l1_weights
-            c, d = experts.mega_l2_weights
-            tokens, width = hidden_states.shape
-        except (TypeError, ValueError):
-            pass
-        else:
-            hidden, top_k, cap = plan.dims
-            if (watch[0]() is experts and a is watch[1]() and b is watch[2]() and c is watch[3]() and d is watch[4]()
-                    and width == hidden and kwargs["num_tokens"] == tokens and tokens <= cap
-                    and (plan.shared is None or _same_shared(plan.shared, kwargs))):
-                if topk_ids is None or topk_weights is None:
-                    if tokens == 0 and topk_ids is None and topk_weights is None:
-                        return plan
-                elif (topk_ids.shape == (tokens, top_k) and topk_weights.shape == (tokens, top_k)
-                      and (not tokens or hidden_states.stride(1) == 1)
-                      and topk_ids.device == plan.device and topk_weights.device == plan.device):
-                    return plan
-    return _plan_afresh(key, experts, hidden_states, topk_ids, topk_weights, kwargs)
-
-
 def _same_shared(shared: tuple, kwargs: dict[str, Any]) -> bool:
     s1, s2 = kwargs.get("shared_l1_weights"), kwargs.get("shared_l2_weights")
     try:
@@ -283,17 +233,10 @@ def _plan_afresh(key: tuple | None, experts: Any, hidden_states: Any, topk_ids: 
     return plan if key is None else remember(key, plan, experts)
 
 
-def _inputs(plan: MegaPlan, hidden_states: torch.Tensor, topk_ids: Any, topk_weights: Any) -> mm.MegaMoEInputs:
-    w, s = plan.watch, plan.shared
-    return mm.MegaMoEInputs(
-        hidden_states, topk_ids, topk_weights, (w[1](), w[2]()), (w[3](), w[4]()),
-        None if s is None else (s[0](), s[1]()), None if s is None else (s[2](), s[3]()), plan.ep_group,
-    )
-
-
 def _result(plan: MegaPlan, outputs: mm.MegaMoEOutputs, num_tokens: int) -> torch.Tensor:
     """The host's return value, ``y[:num_tokens]`` (``y`` itself when it has exactly that many rows: a
-    slice costs a view), multiplied in place by the release's output scale."""
+    slice costs a view), multiplied in place by the release's output scale (0.5.21 on SM100:
+    ``routed_scaling_factor`` on the bf16 output)."""
     y = outputs.y
     if y.shape[0] != num_tokens:
         y = y[:num_tokens]
@@ -302,25 +245,80 @@ def _result(plan: MegaPlan, outputs: mm.MegaMoEOutputs, num_tokens: int) -> torc
     return y
 
 
-def run(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwargs: dict[str, Any]) -> Any:
-    """The adapter's call: the host's return value for these arguments, or :data:`DELEGATE`.
+def run(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwargs: dict[str, Any],
+        plan_only: bool = False) -> Any:
+    """The adapter's call: the host's return value for these arguments, or :data:`DELEGATE` (with
+    ``plan_only``: the layer's plan, or None, without running it; :func:`plan_for`). Raises
+    InvalidArgumentError for arguments the op rejects.
 
-    The op is bound once per plan and selector (the Selector keeps it, keyed by the plan): a repeated
-    call does no selection, no shape hashing, no output revalidation."""
-    plan = plan_for(experts, hidden_states, topk_ids, topk_weights, kwargs)
-    if plan is None:
-        return DELEGATE
+    The plan's key holds everything a plan depends on that a dict lookup can compare; the identities it
+    cannot (the experts object, the weight tensors) a hit checks against the plan's weak references, with
+    the batch's consequences (``topk`` shapes, the cap). The flags that decide delegation
+    (``routing_in_buffer``, NVFP4, weights built) are in the key: a call that must go to SGLang never
+    finds a plan. The op is bound once per plan and selector (the Selector keeps it, keyed by the plan):
+    a repeated call does no selection, no shape hashing, no output revalidation."""
+    get = kwargs.get
+    try:
+        l1, l2 = experts.mega_l1_weights, experts.mega_l2_weights
+        key = (
+            id(experts), id(l1), id(l2), tuple(kwargs), kwargs["hidden_size"], kwargs["intermediate_size"], kwargs["top_k"],
+            get("activation_clamp"), get("routed_scaling_factor", 1.0), get("activation", "swiglu"),
+            get("num_shared_experts", 0), id(get("shared_l1_weights")), id(get("shared_l2_weights")),
+            get("routing_in_buffer", False),
+            getattr(experts, "_mega_moe_nvfp4", False), getattr(experts, "_mega_moe_weights_built", False),
+            hidden_states.dtype, hidden_states.device,
+            None if topk_ids is None else topk_ids.dtype, None if topk_weights is None else topk_weights.dtype,
+        )
+        plan = PLANS.get(key)
+    except (KeyError, AttributeError, TypeError):
+        key = plan = None
+    hit = False
+    if plan is not None:
+        watch = plan.watch
+        try:
+            a, b = l1
+            c, d = l2
+            tokens, width = hidden_states.shape
+        except (TypeError, ValueError):
+            pass
+        else:
+            hidden, top_k, cap = plan.dims
+            if (watch[0]() is experts and a is watch[1]() and b is watch[2]() and c is watch[3]() and d is watch[4]()
+                    and width == hidden and kwargs["num_tokens"] == tokens and tokens <= cap
+                    and (plan.shared is None or _same_shared(plan.shared, kwargs))):
+                if topk_ids is None or topk_weights is None:
+                    hit = tokens == 0 and topk_ids is None and topk_weights is None
+                else:
+                    hit = (topk_ids.shape == (tokens, top_k) and topk_weights.shape == (tokens, top_k)
+                           and (not tokens or hidden_states.stride(1) == 1)
+                           and topk_ids.device == plan.device and topk_weights.device == plan.device)
+    if not hit:
+        plan = _plan_afresh(key, experts, hidden_states, topk_ids, topk_weights, kwargs)
+        if plan is None or plan_only:
+            return plan if plan_only else DELEGATE
+        (a, b), (c, d), tokens = plan.l1_weights, plan.l2_weights, hidden_states.shape[0]
+    elif plan_only:
+        return plan
+    shared = plan.shared
+    inputs = mm.MegaMoEInputs(hidden_states, topk_ids, topk_weights, (a, b), (c, d),
+                              None if shared is None else (shared[0](), shared[1]()),
+                              None if shared is None else (shared[2](), shared[3]()), plan.ep_group)
+    outputs = mm.MegaMoEOutputs(torch.empty((tokens or 1, plan.dims[0]), dtype=torch.bfloat16, device=plan.device))
     selector = api.current_selector()
-    num_tokens = hidden_states.shape[0]
-    inputs = _inputs(plan, hidden_states, topk_ids, topk_weights)
-    y = torch.empty((num_tokens or 1, plan.dims[0]), dtype=torch.bfloat16, device=plan.device)
     bound = selector.call_cache.get(plan)
     if bound is not None:
-        return _result(plan, selector.call(bound, inputs, mm.MegaMoEOutputs(y)), num_tokens)
-    bound = selector.bind(_OP, plan.shape, plan.config)
-    outputs = selector.call(bound, inputs, mm.MegaMoEOutputs(y))
-    selector.remember(plan, bound)  # once its outputs were checked, while it is the key's current bound op
-    return _result(plan, outputs, num_tokens)
+        outputs = selector.call(bound, inputs, outputs)
+    else:
+        bound = selector.bind(_OP, plan.shape, plan.config)
+        outputs = selector.call(bound, inputs, outputs)
+        selector.remember(plan, bound)  # once its outputs were checked, while it is the key's current bound op
+    return _result(plan, outputs, tokens)
+
+
+def plan_for(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwargs: dict[str, Any]) -> MegaPlan | None:
+    """The layer's plan for a ``run_mega_routed_experts`` call (what :func:`run` runs), or None to run the
+    original unchanged. Raises InvalidArgumentError for arguments the op rejects."""
+    return run(experts, hidden_states, topk_ids, topk_weights, kwargs, plan_only=True)
 
 
 def _arguments(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, **kwargs: Any) -> tuple:
@@ -383,4 +381,6 @@ def build_call(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: An
     plan = plan_for(experts, hidden_states, topk_ids, topk_weights, kwargs)
     if plan is None:
         return None
-    return MegaCall(_inputs(plan, hidden_states, topk_ids, topk_weights), plan)
+    inputs = mm.MegaMoEInputs(hidden_states, topk_ids, topk_weights, plan.l1_weights, plan.l2_weights,
+                              plan.shared_l1_weights, plan.shared_l2_weights, plan.ep_group)
+    return MegaCall(inputs, plan)

@@ -29,7 +29,7 @@ logger = get_logger(__name__)
 
 #: Plans kept at most (layers x call flags); past it the cache is cleared, with one warning.
 MAX_PLANS = 4096
-#: The plans by key (:func:`.mega_moe.plan_key`); read without a lock on the hot path.
+#: The plans by key (:func:`.mega_moe.plan_for`); read without a lock on the hot path.
 PLANS: dict[tuple, "MegaPlan"] = {}
 _lock = threading.Lock()
 _logged = LogOnce(cap=8)
