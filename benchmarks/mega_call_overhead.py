@@ -1,7 +1,6 @@
 """Eager host time of one SM90 MegaMoE call: DeepGEMM's calls made directly vs the same calls through
 ``mega_sm90_fp8`` (its prepared launch) and through the real hook, ``integrations.sglang.mega_moe_hook``
-(``mega_adapter.plan_for``, the op bound once per layer plan, ``Selector.call``). One H200, a process group of one rank, sgl-deep-gemm 0.1.5.post1 (or any 0.1.4.post1+).
-The measurements live in :mod:`sglang_moe_plugins.bench.mega_overhead`. From the repository root::
+(``integrations.sglang.mega_moe.run``: the layer plan, the op bound once per plan and kept by the Selector, ``Selector.call``). One H200, a process group of one rank, sgl-deep-gemm 0.1.5.post1 (or any 0.1.4.post1+).
 
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=$PWD \\
         python benchmarks/mega_call_overhead.py [--tokens 32] [--experts 8 --hidden 1024 --inter 512 --topk 2] \\

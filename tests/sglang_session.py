@@ -22,14 +22,14 @@ def loaded_sglang():
 
 def hooked_targets() -> set[str]:
     """The host functions the version table hooks on the installed SGLang release (0.5.19: no MegaMoE)."""
-    from sglang_moe_plugins.integrations.sglang_versions import version_case
+    from sglang_moe_plugins.integrations.sglang.versions import version_case
 
     return {t.path for t in version_case().targets}
 
 
 def installed_parameters(path: str) -> tuple[str, ...]:
     """The table's parameter list of a target on the installed release (empty when not hooked)."""
-    from sglang_moe_plugins.integrations.sglang_versions import version_case
+    from sglang_moe_plugins.integrations.sglang.versions import version_case
 
     return next((t.parameters for t in version_case().targets if t.path == path), ())
 

@@ -95,7 +95,7 @@ def test_doctor_reports_versions_hooks_and_problems():
     pytest.importorskip("sglang")
     from sglang_session import hooked_targets
 
-    from sglang_moe_plugins.integrations.sglang_versions import sglang_version
+    from sglang_moe_plugins.integrations.sglang.versions import sglang_version
 
     data = json.loads(cli("doctor", "--json").stdout)
     assert data["versions"]["sglang"] == sglang_version()

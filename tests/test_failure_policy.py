@@ -23,7 +23,6 @@ from sglang_session import MEGA_TARGET, SMQ_TARGET, hooked_targets, loaded_sglan
 
 from sglang_moe_plugins import InvalidArgumentError, NoPluginAvailableError, UserConfig, Verdict, api  # noqa: E402
 from sglang_moe_plugins.config import parse_config  # noqa: E402
-from sglang_moe_plugins.integrations import sglang as integ  # noqa: E402
 from sglang_moe_plugins.ops import get_op  # noqa: E402
 from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
 from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP  # noqa: E402
@@ -138,10 +137,14 @@ def test_a_valid_key_does_not_let_an_equal_looking_invalid_call_through(runner):
 
 
 # -- calls the op does not model: the original, logged once per kind ---------------------------------
-def test_unmodelled_calls_go_to_the_original_logged_once_per_kind(runner, caplog):
+def test_unmodelled_calls_go_to_the_original_logged_once_per_kind(runner, caplog, monkeypatch):
     gateup, masked = data(e=2, n=4)
     before = api.get_selector().cache_info()["decisions"]
-    integ._delegations_logged.clear()
+    from sglang_moe_plugins.integrations.sglang import entry
+    from sglang_moe_plugins.integrations.sglang.log_once import LogOnce
+
+    logged = LogOnce()
+    monkeypatch.setattr(entry, "_delegations_logged", logged)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         for alpha in (1.702, 1.5, 2.0, 3.0):  # different values: one line for the kind
             with pytest.raises(Exception) as info:  # noqa: PT011 - SGLang's own function has no CPU kernel
@@ -154,7 +157,7 @@ def test_unmodelled_calls_go_to_the_original_logged_once_per_kind(runner, caplog
     lines = [r.getMessage() for r in caplog.records if "handed to SGLang's original function" in r.getMessage()]
     assert len(lines) == 2, lines
     assert "gemm1_alpha / gemm1_clamp_limit" in lines[0] and "masked_m=None" in lines[1]
-    assert integ._delegations_logged == {"gemm1_alpha", "masked_m=None"}  # kinds, never values
+    assert len(logged) == 2 and not logged.first("gemm1_alpha") and not logged.first("masked_m=None")  # kinds, never values
     assert api.get_selector().cache_info()["decisions"] == before  # nothing was selected
 
 
@@ -274,13 +277,14 @@ def test_unreadable_config_path_is_a_config_error_at_load_plugins(tmp_path, kind
 
 
 def test_mega_hook_binds_once_per_plan(runner, monkeypatch):
-    """The hooked MegaMoE call binds its op once per layer plan and selector; a repeated call runs the
-    bound op (no selection, no bind); a new selector (reload) is bound afresh."""
+    """The hooked MegaMoE call binds its op once per layer plan and selector, and the selector keeps it
+    (keyed by the plan); a repeated call runs the bound op (no selection, no bind); a new selector
+    (reload) is bound afresh."""
     require_mega_target()
     import sglang.srt.layers.moe.mega_moe as host
     from _mega_cases import make_problem
 
-    from sglang_moe_plugins.integrations import mega_adapter as ma
+    from sglang_moe_plugins.integrations.sglang import mega_moe as ma
 
     monkeypatch.setattr(ma, "_ep_group", lambda: None)
     ma.reset()
@@ -288,9 +292,9 @@ def test_mega_hook_binds_once_per_plan(runner, monkeypatch):
     problem = make_problem("fp8xfp4", seed=5)
     first = _mega_call(host, problem).clone()
     selector = api.get_selector()
-    (plan,) = ma._plans.values()
-    cached_selector, bound = plan.cache["bound"]
-    assert cached_selector is selector and bound.name == "mega_reference" and bound.checked
+    (plan,) = ma.PLANS.values()
+    bound = selector.call_cache[plan]
+    assert bound.name == "mega_reference" and bound.checked
 
     def no_bind(*a, **k):
         raise AssertionError("a repeated call bound the op again")
@@ -306,5 +310,5 @@ def test_mega_hook_binds_once_per_plan(runner, monkeypatch):
     assert torch.equal(_mega_call(host, problem), first)
     fresh = api.get_selector()
     assert fresh is not selector and fresh.cache_info()["bound"] == 1
-    assert any(p.cache.get("bound", (None,))[0] is fresh for p in ma._plans.values())
+    assert any(fresh.call_cache.get(p) is not None for p in ma.PLANS.values())
     ma.reset()

@@ -1,4 +1,4 @@
-"""integrations.mega_adapter: which run_mega_routed_experts calls the op models, and how."""
+"""integrations.sglang.mega_moe: which run_mega_routed_experts calls the op models, and how."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 from _mega_cases import make_problem
 from sglang_moe_plugins.errors import InvalidArgumentError, OutputValidationError
-from sglang_moe_plugins.integrations import mega_adapter as ma
+from sglang_moe_plugins.integrations.sglang import mega_moe as ma
 from sglang_moe_plugins.ops import mega_moe as mm
 
 
@@ -165,11 +165,13 @@ def test_a_layer_is_planned_once_and_checked_per_call(monkeypatch: pytest.Monkey
 
 
 def test_the_plan_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ma, "MAX_PLANS", 2)
+    from sglang_moe_plugins.integrations.sglang import mega_plan
+
+    monkeypatch.setattr(mega_plan, "MAX_PLANS", 2)
     problem = make_problem("fp8xfp4", seed=49)
     for rsf in (1.0, 2.0, 3.0, 4.0):
         assert _call(problem, routed_scaling_factor=rsf) is not None
-    assert len(ma._plans) <= 2
+    assert len(ma.PLANS) <= 2
 
 
 def test_variant_of() -> None:
@@ -244,4 +246,4 @@ def test_experts_that_cannot_be_weakly_referenced_are_planned_every_call() -> No
     experts = SimpleNamespace(**vars(_experts(problem)))  # SimpleNamespace: no weak references
     first, second = _call(problem, experts), _call(problem, experts)
     assert first is not None and second is not None and second.plan is not first.plan
-    assert ma._plans == {}
+    assert ma.PLANS == {}

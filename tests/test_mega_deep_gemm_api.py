@@ -96,7 +96,7 @@ def test_importing_the_mega_modules_has_no_side_effects() -> None:
         import sglang_moe_plugins.plugins.deep_gemm.api, sglang_moe_plugins.plugins.deep_gemm.plugin
         import sglang_moe_plugins.plugins.deep_gemm.launch, sglang_moe_plugins.plugins.deep_gemm.sglang_host
         import sglang_moe_plugins.plugins.deep_gemm.pre_dispatch_triton, sglang_moe_plugins.plugins.deep_gemm.pre_dispatch_kernel
-        import sglang_moe_plugins.integrations.mega_adapter
+        import sglang_moe_plugins.integrations.sglang.mega_moe
         import torch
         print(json.dumps({
             "modules": sorted(m for m in ("deep_gemm", "triton", "sglang") if m in sys.modules),

@@ -20,7 +20,7 @@ from sglang_session import loaded_sglang, require_mega_target  # noqa: E402
 
 from _mega_cases import make_problem  # noqa: E402
 from sglang_moe_plugins import InvalidArgumentError, UserConfig, api  # noqa: E402
-from sglang_moe_plugins.integrations import mega_adapter as ma  # noqa: E402
+from sglang_moe_plugins.integrations.sglang import mega_moe as ma  # noqa: E402
 from sglang_moe_plugins.registry import ENTRY_POINT_GROUP  # noqa: E402
 from importlib.metadata import EntryPoint  # noqa: E402
 
@@ -79,7 +79,7 @@ def test_a_cached_plan_never_runs_a_call_that_goes_to_sglang(host, flag):
     problem = make_problem("fp8xfp4", seed=61)
     experts = Experts(problem)
     y = call(host, experts, problem)  # planned and cached: the plugin runs it
-    assert y.shape == (problem.inputs.num_tokens, problem.shape.hidden) and len(ma._plans) == 1
+    assert y.shape == (problem.inputs.num_tokens, problem.shape.hidden) and len(ma.PLANS) == 1
     over = {}
     if flag == "routing_in_buffer":
         over["routing_in_buffer"] = True
@@ -104,11 +104,11 @@ def test_dropped_layers_are_freed(host):
         refs += [weakref.ref(t) for t in (*problem.inputs.l1_weights, *problem.inputs.l2_weights)]
         alive.append(weakref.ref(experts))
         del problem, experts
-    assert len(ma._plans) == 4 or all(r() is None for r in alive)
+    assert len(ma.PLANS) == 4 or all(r() is None for r in alive)
     gc.collect()
     assert [r() is None for r in alive] == [True] * 4
     assert sum(r() is not None for r in refs) == 0, "a dropped layer's weights are still referenced"
-    assert ma._plans == {}  # the freed experts' plans left the cache
+    assert ma.PLANS == {}  # the freed experts' plans left the cache
 
 
 def test_an_experts_object_reusing_a_freed_id_is_planned_afresh(host):

@@ -281,7 +281,7 @@ def test_version_guard_skips_a_missing_target_and_warns():
 def test_version_guard_unknown_version_hooks_nothing():
     """A release older than the table (here: every installed release, against a table of 9.9.9) is not hooked."""
     pre = """
-    from sglang_moe_plugins.integrations import sglang_versions as sv
+    from sglang_moe_plugins.integrations.sglang import versions as sv
     entry = sv.KNOWN_TARGETS[sv.sglang_version()]
     sv.KNOWN_TARGETS.clear()
     sv.KNOWN_TARGETS["9.9.9"] = entry

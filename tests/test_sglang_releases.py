@@ -22,8 +22,8 @@ import pytest
 import torch
 
 from sglang_moe_plugins import api
-from sglang_moe_plugins.integrations import sglang_versions as sv
-from sglang_moe_plugins.integrations.sglang_versions import KNOWN_TARGETS, MegaHost, SmqHost
+from sglang_moe_plugins.integrations.sglang import versions as sv
+from sglang_moe_plugins.integrations.sglang.versions import KNOWN_TARGETS, MegaHost, SmqHost
 
 RUNNER = "sglang/srt/layers/moe/moe_runner/deep_gemm.py"
 MEGA = "sglang/srt/layers/moe/mega_moe.py"
@@ -167,20 +167,27 @@ def test_mega_moe_host_behaviour(release: str) -> None:
     assert ("experts._mega_moe_w4a4" in mma) == (not host.mma_type_from_host)
     buffer = _function(release, MEGA, "_get_mega_moe_symm_buffer")
     assert _parameters(buffer)[6:] == host.buffer_keywords
-    assert "routing_in_buffer" in _parameters(_function(release, MEGA, "run_mega_routed_experts")) or \
-        _target(release, "mega_moe").hook.endswith("mega_adapter_v0521:mega_moe_hook")
+    # One adapter for every release, driven by the release's parameters: the keywords it takes are a
+    # subset of the newest release's (no mega gate, no activation before 0.5.23).
+    from sglang_moe_plugins.integrations.sglang import mega_moe
+
+    params = _parameters(_function(release, MEGA, "run_mega_routed_experts"))
+    assert set(params[4:]) <= mega_moe.KNOWN_KWARGS and _target(release, "mega_moe").parameters == params
+    assert _target(release, "mega_moe").hook == "sglang_moe_plugins.integrations.sglang.mega_moe:mega_moe_hook"
 
 
 # --- the host records ----------------------------------------------------------------------------
 
 
 def test_scale_layout_per_release() -> None:
+    from sglang_moe_plugins.integrations.sglang.silu_mul_quant import release_scale_layout as layout
+
     plain, limit, keep = {}, {"swiglu_limit": 10.0}, {"silu_mul_keep_fp32": True}
     h16, h19, h23 = (_target(r, "silu_mul_quant").host for r in ("0.5.16", "0.5.19", "0.5.23"))
-    assert [h16.scale_layout(a, False) for a in (plain, limit, keep)] == ["row_major"] * 3
-    assert [h19.scale_layout(a, False) for a in (plain, limit, keep)] == ["column_major", "row_major", "column_major"]
-    assert [h23.scale_layout(a, False) for a in (plain, limit, keep)] == ["column_major", "row_major", "row_major"]
-    assert {h.scale_layout(a, True) for h in (h16, h19, h23) for a in (plain, limit)} == {"ue8m0_packed"}
+    assert [layout(h16, a, False) for a in (plain, limit, keep)] == ["row_major"] * 3
+    assert [layout(h19, a, False) for a in (plain, limit, keep)] == ["column_major", "row_major", "column_major"]
+    assert [layout(h23, a, False) for a in (plain, limit, keep)] == ["column_major", "row_major", "row_major"]
+    assert {layout(h, a, True) for h in (h16, h19, h23) for a in (plain, limit)} == {"ue8m0_packed"}
 
 
 # --- the rule for releases outside the table ---------------------------------------------------------
@@ -223,7 +230,7 @@ TRUNCATE = (
 PROBE = """
     import logging, sys
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s %(message)s")
-    from sglang_moe_plugins.integrations import sglang_versions as sv
+    from sglang_moe_plugins.integrations.sglang import versions as sv
     {truncate}
     sv.sglang_version = lambda: "0.5.99"
     {pre}
@@ -302,11 +309,12 @@ def test_old_mega_adapter_runs_the_op_as_the_release_does(release: str, monkeypa
     pytest.importorskip("sglang.srt.layers.moe.mega_moe")
     from _mega_cases import make_problem
 
-    from sglang_moe_plugins.integrations import mega_adapter_v0521 as old
+    from sglang_moe_plugins.integrations.sglang import mega_moe as mega
 
     target = _target(release, "mega_moe")
     monkeypatch.setattr(sv, "_active", {"mega_moe": target})
-    monkeypatch.setattr(old, "_ep_group", lambda: None)
+    monkeypatch.setattr(mega, "_ep_group", lambda: None)
+    mega.reset()
     problem = make_problem("fp8xfp4", rsf=2.5, seed=14)
     i, s, c = problem.inputs, problem.shape, problem.config
     experts = SimpleNamespace(_mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=False,
@@ -315,17 +323,15 @@ def test_old_mega_adapter_runs_the_op_as_the_release_does(release: str, monkeypa
     original, calls = _old_host(target.parameters)
     kwargs = dict(hidden_size=s.hidden, intermediate_size=s.intermediate, top_k=s.top_k, num_tokens=i.num_tokens,
                   activation_clamp=c.activation_clamp, routed_scaling_factor=2.5)
-    y = old.mega_moe_hook(original, experts, i.hidden_states, i.topk_ids, i.topk_weights, **kwargs)
+    y = mega.mega_moe_hook(original, experts, i.hidden_states, i.topk_ids, i.topk_weights, **kwargs)
     assert not calls and isinstance(y, torch.Tensor) and y.shape == (i.num_tokens, s.hidden)
     behaviour = target.host
-    call = old.build_call(behaviour, {"experts": experts, "hidden_states": i.hidden_states, "topk_ids": i.topk_ids,
-                                      "topk_weights": i.topk_weights, **kwargs})
+    call = mega.build_call(experts, i.hidden_states, i.topk_ids, i.topk_weights, **kwargs)
     assert call.config.routed_scaling_factor == (1.0 if behaviour.scaling_on_output else 2.5)
     assert call.output_scale == (2.5 if behaviour.scaling_on_output else 1.0)
     from sglang_moe_plugins import api
 
-    unscaled = old.build_call(behaviour, {"experts": experts, "hidden_states": i.hidden_states, "topk_ids": i.topk_ids,
-                                          "topk_weights": i.topk_weights, **kwargs, "routed_scaling_factor": 1.0})
+    unscaled = mega.build_call(experts, i.hidden_states, i.topk_ids, i.topk_weights, **{**kwargs, "routed_scaling_factor": 1.0})
     base = api.get_selector().dispatch("mega_moe", unscaled.inputs, unscaled.shape, unscaled.config,
                                        outputs=unscaled.allocate_outputs()).y[: i.num_tokens].float()
     if behaviour.scaling_on_output:  # 0.5.21: y.mul_(rsf) on the bf16 output, exactly
@@ -335,32 +341,18 @@ def test_old_mega_adapter_runs_the_op_as_the_release_does(release: str, monkeypa
         assert torch.equal(y, again.y[: i.num_tokens]) and not torch.equal(y, (base * 2.5).to(torch.bfloat16))
     # NVFP4 experts are not modelled: the original runs, unchanged.
     nvfp4 = SimpleNamespace(**{**vars(experts), "_mega_moe_nvfp4": True})
-    assert old.mega_moe_hook(original, nvfp4, i.hidden_states, i.topk_ids, i.topk_weights, **kwargs) == "original"
+    assert mega.mega_moe_hook(original, nvfp4, i.hidden_states, i.topk_ids, i.topk_weights, **kwargs) == "original"
     assert len(calls) == 1
-
-
-def test_old_mega_buffer_passes_only_the_hosts_keywords(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sglang_moe_plugins.errors import InvalidArgumentError
-    from sglang_moe_plugins.integrations import mega_adapter_v0521 as old
-
-    seen = []
-    fake_host = SimpleNamespace(_get_mega_moe_symm_buffer=lambda group, *sizes, **kw: seen.append((sizes, kw)) or "buf")
-    monkeypatch.setattr(old, "_host_module", lambda: fake_host)
-    hook = old._buffer_hook(_target("0.5.21", "mega_moe").host)
-    assert hook("g", 8, 64, 2, 512, 256, num_shared_experts=0, mma_type="fp8xfp4", activation="swiglu") == "buf"
-    assert seen == [((8, 64, 2, 512, 256), {"mma_type": "fp8xfp4"})]
-    with pytest.raises(InvalidArgumentError, match="num_shared_experts"):
-        hook("g", 8, 64, 2, 512, 256, num_shared_experts=1, mma_type="fp8xfp4", activation="swiglu")
-    hook22 = old._buffer_hook(_target("0.5.22", "mega_moe").host)
-    hook22("g", 8, 64, 2, 512, 256, num_shared_experts=1, mma_type="fp8xfp4", activation="swiglu")
-    assert seen[-1] == ((8, 64, 2, 512, 256), {"num_shared_experts": 1, "mma_type": "fp8xfp4"})
-
-
+    # A keyword the release does not take (0.5.23's routing_in_buffer) is not modelled: the original gets it.
+    assert mega.mega_moe_hook(original, experts, i.hidden_states, i.topk_ids, i.topk_weights, **kwargs,
+                              routing_in_buffer=False) == "original"
+    assert len(calls) == 2 and calls[-1][1]["routing_in_buffer"] is False
+    mega.reset()
 
 
 DOCTOR = """
     import contextlib, io, json, os
-    from sglang_moe_plugins.integrations import sglang_versions as sv
+    from sglang_moe_plugins.integrations.sglang import versions as sv
     from sglang_moe_plugins.cli import main
     {truncate}
     real = sv.sglang_version

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 
 from .. import api
-from ..integrations import mega_adapter as ma
+from ..integrations.sglang import mega_moe as ma
 from ..integrations.sglang import mega_moe_hook
 from ..ops import mega_moe as mm
 from ..plugins.mega_deep_gemm import MegaSm90Fp8Plugin
@@ -126,8 +126,8 @@ def cpu_hook_layer(experts: int, hidden: int, inter: int, tokens: int, topk: int
         return hooked(layer, i.hidden_states, i.topk_ids, i.topk_weights, **kwargs)
 
     y = through()
-    if len(ma._plans) != 1:
-        raise SystemExit(f"the layer's MegaMoE plan was not cached ({len(ma._plans)} plans)")
+    if len(ma.PLANS) != 1:
+        raise SystemExit(f"the layer's MegaMoE plan was not cached ({len(ma.PLANS)} plans)")
     chosen = api.get_selector().explain(mm.OP, shape, config).chosen
     if chosen is None or chosen.name != "noop_mega" or tuple(y.shape) != (t, shape.hidden):
         raise SystemExit(f"the hooked call did not run noop_mega: {chosen}, {tuple(y.shape)}")

@@ -219,19 +219,6 @@ def describe(
     return shape, config
 
 
-def host_scale_layout(dsv4_branch: bool, ue8m0: bool) -> ScaleLayout:
-    """The scale layout SGLang's ``_varlen_deep_gemm_silu_mul_quant`` returns on a call.
-
-    ``dsv4_branch``: the call takes the DSV4 JIT branch (``swiglu_limit``, ``swizzle`` or
-    ``silu_mul_keep_fp32`` set); ``ue8m0``: DeepGEMM's UE8M0 scale mode
-    (``deep_gemm_wrapper.DEEPGEMM_SCALE_UE8M0``). UE8M0 scales are packed on both branches; otherwise
-    the DSV4 branch returns row-major fp32 and the default branch TMA-aligned column-major fp32.
-    """
-    if ue8m0:
-        return "ue8m0_packed"
-    return "row_major" if dsv4_branch else "column_major"
-
-
 def expected_scale_strides(shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``(shape, strides)`` of the scale tensor for this layout."""
     e, n, g = shape.num_experts, shape.max_rows, shape.num_groups
@@ -336,3 +323,13 @@ def dequantize(outputs: SiluMulQuantOutputs, shape: SiluMulQuantShape, config: S
 SPEC = OpSpec(name=OP, allocate_outputs=allocate_outputs, validate_outputs=validate_outputs, output_allocator=output_allocator,
               shape_type=SiluMulQuantShape, output_type=SiluMulQuantOutputs,
               writable_inputs=(("gateup", "gateup_writable"),))
+
+
+def __getattr__(name: str) -> object:
+    """``host_scale_layout`` (SGLang's scale-layout rule) lives in ``integrations.sglang.silu_mul_quant``;
+    re-exported here, on first use, for ``catalog``."""
+    if name == "host_scale_layout":
+        from ..integrations.sglang.silu_mul_quant import host_scale_layout
+
+        return host_scale_layout
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,157 @@
+"""SGLang integration: the ``sglang.srt.plugins`` entry point ``moe_plugins``, its fail-closed hooks,
+:func:`hook_status`, and what every hook shares (call counters, delegation to SGLang's function).
+
+SGLang's ``load_plugins()`` calls :func:`register` once per process. It registers AROUND hooks through
+SGLang's ``HookRegistry`` on the host functions of the version table below, and nothing else:
+
+- ``_varlen_deep_gemm_silu_mul_quant`` (op ``silu_mul_quant``),
+- ``run_mega_routed_experts`` (op ``mega_moe``).
+
+The version table and the rule for releases it does not list live in :mod:`.versions`: a known
+release's targets are hooked when they resolve with the table's parameters; a newer release when all
+its targets match the newest release's (one warning); otherwise one warning says why, ``doctor`` shows
+it, and SGLang runs unchanged. The hooks themselves live in :mod:`.silu_mul_quant` and :mod:`.mega_moe`
+(the table names them as ``module:function``).
+
+Failure policy (docs/reliability.md): invalid arguments raise InvalidArgumentError, a call no plugin
+can run (a forced plugin that cannot run it included) raises NoPluginAvailableError; only the calls
+the ops do not model by design go to SGLang's original function, logged once per kind
+(``gemm1_alpha`` / ``gemm1_clamp_limit``, ``masked_m=None``, MegaMoE calls the adapter leaves to SGLang).
+An invalid configuration installs hooks that raise the configuration error (``on_config_error = "closed"``,
+the default), or no hooks at all (``"stock"``); ops named in ``stock`` are never hooked.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Callable
+
+from ...log import get_logger
+from ... import api
+from ...config import ON_CONFIG_ERROR_ENV, STOCK_ENV, config_error_policy
+from ...errors import ConfigError, MoEPluginsError
+from ...metrics import start_metrics_export
+from ...counters import EventCounter, counter
+from .log_once import LogOnce
+from .versions import TargetCheck, set_active_targets, version_case
+
+__all__ = ["OPS", "CALLS", "register", "hook_status", "delegate"]
+
+logger = get_logger(__name__)
+
+
+_state_lock = threading.Lock()
+_last_checks: tuple[TargetCheck, ...] = ()
+_registered = False
+#: Ops left unhooked by ``stock`` (or, with ``on_config_error = stock`` and an invalid config, every op).
+_stock: frozenset[str] = frozenset()
+#: The ops this integration hooks.
+OPS: tuple[str, ...] = ("silu_mul_quant", "mega_moe")
+#: How often each hook ran (:func:`hook_status`); the hooks bind ``CALLS[op].hit`` once, at import.
+CALLS: dict[str, EventCounter] = {op: EventCounter() for op in OPS}
+#: Kinds of unmodelled calls already logged (a fixed, small set: never argument values).
+_delegations_logged = LogOnce(cap=64)
+
+
+def register() -> None:
+    """Entry point ``sglang.srt.plugins: moe_plugins``, run by SGLang's ``load_plugins()``. Never raises
+    into SGLang's loader.
+
+    A configuration that cannot be applied (an invalid file, key or value; under strict, a plugin that
+    cannot be registered; any other error while the plugins are loaded) **fails closed** by default:
+    the hooks are installed and every hooked call raises that error, so a server's warm-up stops at once
+    with the cause. ``on_config_error = "stock"`` (or ``SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR=stock``)
+    turns the package off instead: one ERROR line, no hooks, SGLang runs its own code. Ops named in
+    ``stock`` (``SGLANG_MOE_PLUGINS_STOCK``) are not hooked at all (with an invalid configuration, the
+    environment variable still counts).
+    """
+    global _last_checks, _registered, _stock
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    failing = None
+    try:
+        selector = api.get_selector()  # validates the user config now, not on the first MoE call
+    except (KeyboardInterrupt, GeneratorExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - ConfigError, a strict registry, or anything else start-up raised
+        what = "invalid configuration: " if isinstance(exc, ConfigError) else (
+            "" if isinstance(exc, MoEPluginsError) else f"start-up failed with {type(exc).__name__}: ")
+        if config_error_policy() == "stock":
+            logger.error("sglang-moe-plugins is NOT active (on_config_error = stock): %s%s; SGLang runs its own code",
+                         what, exc)
+            with _state_lock:
+                _registered = True
+                _stock = frozenset(OPS)
+            return
+        logger.error(
+            "sglang-moe-plugins: %s%s; failing closed: the hooks are installed and every hooked call raises this %s "
+            "(fix the configuration, or set %s=stock to let SGLang run its own code)",
+            what, exc, type(exc).__name__, ON_CONFIG_ERROR_ENV,
+        )
+        failing = {op: _failing_hook(op, exc) for op in OPS}
+        stock = frozenset(n.strip() for n in os.environ.get(STOCK_ENV, "").split(",") if n.strip())
+    else:
+        config = selector.registry.config
+        stock = config.stock
+        for note in config.notes:
+            logger.log(logging.WARNING if note.startswith("legacy") else logging.INFO, "sglang-moe-plugins: %s", note)
+    case = version_case()
+    with _state_lock:
+        _last_checks = case.checks
+        _stock = frozenset(stock)
+    if case.case != "known":  # one warning for the release as a whole (newer, refused, mismatch, unsupported)
+        logger.warning("sglang-moe-plugins: %s", case.message)
+    hooked = []
+    for check, target in zip(case.checks, case.targets or (None,) * len(case.checks)):
+        if not check.ok or target is None or not case.hooks:
+            if case.case == "known":
+                logger.warning("sglang-moe-plugins: not hooking %s: %s", check.path, check.reason)
+            continue
+        if check.op in stock:
+            logger.warning("sglang-moe-plugins: not hooking %s: op %s is stock (SGLang's own function runs it)",
+                           check.path, check.op)
+            continue
+        try:
+            hook = target.hook_function() if failing is None else failing[check.op]
+        except Exception as exc:  # noqa: BLE001 - a hook that cannot be imported must never break start-up
+            logger.warning("sglang-moe-plugins: not hooking %s: its hook %s cannot be imported: %s: %s",
+                           check.path, target.hook, type(exc).__name__, exc)
+            continue
+        HookRegistry.register(check.path, hook, HookType.AROUND)
+        hooked.append(target)
+        logger.info("sglang-moe-plugins: hooked %s (op %s)", check.path, check.op)
+    set_active_targets(tuple(hooked))
+    _registered = True
+    if hooked:
+        start_metrics_export()  # only when SGLang runs with --enable-metrics (PROMETHEUS_MULTIPROC_DIR)
+
+
+def _failing_hook(op: str, error: BaseException) -> Callable[..., Any]:
+    def failing(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        CALLS[op].hit()
+        raise error.with_traceback(None)
+
+    failing.__name__ = f"{op}_hook_failing_closed"
+    return failing
+
+
+def hook_status() -> dict[str, Any]:
+    """What :func:`register` decided in this process, and how often each hook ran."""
+    with _state_lock:
+        return {
+            "registered": _registered,
+            "targets": [c.__dict__ for c in _last_checks],
+            "calls": {op: counter.value for op, counter in CALLS.items() if counter.value},
+            "stock": sorted(_stock),
+        }
+
+
+def delegate(op: str, kind: str, detail: str, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """Hand an unmodelled call to SGLang's original function; counted, and logged once per ``kind``."""
+    counter("delegations", op, kind).hit()
+    if _delegations_logged.first(kind):
+        logger.info("sglang-moe-plugins: %s calls with %s are not modelled: handed to SGLang's original function "
+                    "(logged once)", op, detail)
+    return original(*args, **kwargs)

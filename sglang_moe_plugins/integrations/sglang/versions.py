@@ -1,0 +1,283 @@
+"""The SGLang version table: which host functions each release has, and what the host does around them.
+
+Every difference between releases that a hook relies on is a field of a frozen record here, read from
+the released wheels (``tests/test_sglang_releases.py`` checks the table against each release's source
+with ``ast``, without installing it): the parameters of each host function (which keywords a release
+takes: shared experts from 0.5.22, ``activation`` and ``routing_in_buffer`` from 0.5.23), the scale
+layout of each ``silu_mul_quant`` branch, and what ``run_mega_routed_experts`` does around its kernel.
+The hooks read the record of the release they were registered for (:func:`active_target`); they hold
+no per-release if-chains.
+
+Which case applies to the installed SGLang (:func:`version_case`, shown by ``doctor``):
+
+- ``known``: a release of the table. Each target is hooked when it resolves with the table's parameters.
+- ``newer``: a release newer than the table whose targets all resolve with exactly the parameters of
+  the newest release: hooked, with one warning naming the untested release.
+- ``newer-refused``: the same, but ``SGLANG_MOE_PLUGINS_REQUIRE_KNOWN_SGLANG=1`` asks for a known release:
+  no hook, one warning.
+- ``newer-mismatch``: a newer release where a target is missing or its parameters differ: no hook, one warning.
+- ``unsupported``: older than the table or between its releases (e.g. a ``.post`` of an older release):
+  no hook, one warning.
+- ``absent``: SGLang is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = [
+    "HookTarget",
+    "TargetCheck",
+    "VersionCase",
+    "SmqHost",
+    "MegaHost",
+    "KNOWN_TARGETS",
+    "REQUIRE_KNOWN_ENV",
+    "SMQ_TARGET",
+    "MEGA_TARGET",
+    "sglang_version",
+    "check_targets",
+    "version_case",
+    "active_target",
+    "set_active_targets",
+]
+
+SMQ_TARGET = "sglang.srt.layers.moe.moe_runner.deep_gemm._varlen_deep_gemm_silu_mul_quant"
+MEGA_TARGET = "sglang.srt.layers.moe.mega_moe.run_mega_routed_experts"
+#: Set to 1 to hook only releases of the table (a newer release then gets no hook).
+REQUIRE_KNOWN_ENV = "SGLANG_MOE_PLUGINS_REQUIRE_KNOWN_SGLANG"
+
+
+@dataclass(frozen=True)
+class SmqHost:
+    """What a release's ``_varlen_deep_gemm_silu_mul_quant`` does with a call (not gemm1_alpha).
+
+    ``jit_arguments``: the arguments that, when set, send a call to the DSV4 JIT kernel
+    (``silu_and_mul_masked_post_quant``), which returns row-major fp32 scales, or with UE8M0 packed
+    int32 ``[E, G//4, N]`` transposed. ``default_layout``: the fp32 scale layout of every other call:
+    ``column_major`` from ``per_token_group_quant(..., column_major_scales=True)`` (0.5.17+), or
+    ``row_major`` (0.5.16: the JIT kernel when the shape fits, else the Triton
+    ``silu_and_mul_masked_post_quant_fwd``, both row-major). With UE8M0 every call returns packed
+    int32 scales (0.5.16's Triton fallback returns UE8M0-rounded fp32 instead; its caller packs either,
+    docs/host-notes.md).
+    """
+
+    jit_arguments: tuple[str, ...]
+    default_layout: str
+
+    def dsv4_branch(self, arguments: Mapping[str, Any]) -> bool:
+        """Whether a call with these (bound) arguments returns the DSV4 branch's scale layout (row-major
+        fp32): it sets one of :attr:`jit_arguments`, or the release's default path is row-major (0.5.16).
+        The layout itself: :func:`.silu_mul_quant.release_scale_layout`."""
+        jit = any(arguments.get(name) not in (None, False) for name in self.jit_arguments)
+        return jit or self.default_layout == "row_major"
+
+
+@dataclass(frozen=True)
+class MegaHost:
+    """What a release's ``run_mega_routed_experts`` does (SM100 path; SM90 is the same in every release).
+
+    ``scaling_on_output``: ``routed_scaling_factor`` multiplies the bf16 output after the kernel
+    (0.5.21) instead of the top-k weights before it (0.5.22+). ``mma_type_from_host``: the variant comes
+    from the host's ``_mega_moe_mma_type(experts)`` (0.5.21 reads a server flag) rather than from
+    attributes of the experts. ``buffer_keywords``: the keywords the host's ``_get_mega_moe_symm_buffer``
+    takes after the five sizes (read by ``tests/test_sglang_releases.py``; the plugin that takes the
+    buffer reads the host's signature itself).
+    """
+
+    scaling_on_output: bool
+    mma_type_from_host: bool
+    buffer_keywords: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HookTarget:
+    """A host function we hook: dotted path, op, the parameter names we rely on (in order), the hook
+    function (``module:function``) and the host's behaviour record."""
+
+    path: str
+    op: str
+    parameters: tuple[str, ...]
+    hook: str = ""
+    host: SmqHost | MegaHost | None = field(default=None, compare=True)
+
+    def hook_function(self) -> Any:
+        name = self.hook or _DEFAULT_HOOKS[self.op]
+        module, attr = name.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    """Whether a target can be hooked here, and why (shown by ``doctor``)."""
+
+    path: str
+    op: str
+    ok: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class VersionCase:
+    """Which rule applies to the installed SGLang, and the per-target checks under it."""
+
+    case: str
+    version: str | None
+    table_release: str | None
+    hooks: bool
+    message: str
+    checks: tuple[TargetCheck, ...]
+    targets: tuple[HookTarget, ...] = ()
+
+
+_SMQ_9 = (
+    "gateup_output", "masked_m", "group_size", "topk", "swiglu_limit", "swizzle",
+    "gemm1_alpha", "gemm1_clamp_limit", "num_real_tokens",
+)
+_SMQ_10 = _SMQ_9 + ("silu_mul_keep_fp32",)
+_MEGA_10 = (
+    "experts", "hidden_states", "topk_ids", "topk_weights", "hidden_size", "intermediate_size", "top_k",
+    "num_tokens", "activation_clamp", "routed_scaling_factor",
+)
+_MEGA_13 = _MEGA_10 + ("num_shared_experts", "shared_l1_weights", "shared_l2_weights")
+_MEGA_15 = _MEGA_10 + ("activation", "num_shared_experts", "shared_l1_weights", "shared_l2_weights", "routing_in_buffer")
+
+_SMQ_HOOK = "sglang_moe_plugins.integrations.sglang.silu_mul_quant:silu_mul_quant_hook"
+_MEGA_HOOK = "sglang_moe_plugins.integrations.sglang.mega_moe:mega_moe_hook"
+_DEFAULT_HOOKS = {"silu_mul_quant": _SMQ_HOOK, "mega_moe": _MEGA_HOOK}
+
+# 0.5.16 picks the JIT kernel by shape (and SGLANG_OPT_USE_JIT_EP_ACTIVATION, default on), not by
+# argument; both of its kernels return row-major fp32 scales, so no argument changes the layout.
+_SMQ_0516 = HookTarget(SMQ_TARGET, "silu_mul_quant", _SMQ_9, _SMQ_HOOK, SmqHost((), "row_major"))
+_SMQ_0517 = HookTarget(SMQ_TARGET, "silu_mul_quant", _SMQ_9, _SMQ_HOOK, SmqHost(("swiglu_limit", "swizzle"), "column_major"))
+_SMQ_0521 = HookTarget(
+    SMQ_TARGET, "silu_mul_quant", _SMQ_10, _SMQ_HOOK, SmqHost(("swiglu_limit", "swizzle", "silu_mul_keep_fp32"), "column_major")
+)
+_MEGA_0521 = HookTarget(MEGA_TARGET, "mega_moe", _MEGA_10, _MEGA_HOOK, MegaHost(True, True, ("mma_type",)))
+_MEGA_0522 = HookTarget(MEGA_TARGET, "mega_moe", _MEGA_13, _MEGA_HOOK, MegaHost(False, False, ("num_shared_experts", "mma_type")))
+_MEGA_0523 = HookTarget(
+    MEGA_TARGET, "mega_moe", _MEGA_15, _MEGA_HOOK, MegaHost(False, False, ("num_shared_experts", "mma_type", "activation"))
+)
+
+#: SGLang releases whose hook targets, signatures and host behaviour were read from the released wheels.
+KNOWN_TARGETS: dict[str, tuple[HookTarget, ...]] = {
+    "0.5.16": (_SMQ_0516,),
+    "0.5.17": (_SMQ_0517,),
+    "0.5.18": (_SMQ_0517,),
+    "0.5.19": (_SMQ_0517,),
+    "0.5.20": (_SMQ_0517,),
+    "0.5.21": (_SMQ_0521, _MEGA_0521),
+    "0.5.22": (_SMQ_0521, _MEGA_0522),
+    "0.5.23": (_SMQ_0521, _MEGA_0523),
+}
+
+_active: dict[str, HookTarget] = {}
+
+
+def sglang_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sglang")
+    except PackageNotFoundError:
+        return None
+
+
+def _release_key(version: str) -> tuple:
+    """Sortable key: (release numbers, pre/post rank, suffix number); no dependency on ``packaging``."""
+    m = re.match(r"^(\d+(?:\.\d+)*)(?:\.?(a|b|rc|dev|post)\.?(\d*))?", version.strip())
+    if m is None:
+        return ((), 0, 0)
+    release = tuple(int(x) for x in m.group(1).split("."))
+    release = release + (0,) * (4 - len(release))
+    rank = {"dev": -4, "a": -3, "b": -2, "rc": -1, None: 0, "post": 1}[m.group(2)]
+    return (release, rank, int(m.group(3) or 0))
+
+
+def _resolve(path: str) -> Any:
+    module_path, attr = path.rsplit(".", 1)
+    return getattr(importlib.import_module(module_path), attr)
+
+
+def _check(target: HookTarget, label: str) -> TargetCheck:
+    try:
+        fn = _resolve(target.path)
+    except Exception as exc:  # noqa: BLE001 - a missing target must never break start-up
+        return TargetCheck(target.path, target.op, False, f"cannot resolve: {type(exc).__name__}: {exc}")
+    try:
+        params = tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError) as exc:
+        return TargetCheck(target.path, target.op, False, f"no inspectable signature: {exc}")
+    if params != target.parameters:
+        return TargetCheck(target.path, target.op, False, f"signature differs: expected {target.parameters}, found {params}")
+    return TargetCheck(target.path, target.op, True, f"{label}: signature matches")
+
+
+def _require_known(environ: Mapping[str, str]) -> bool:
+    return environ.get(REQUIRE_KNOWN_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def version_case(
+    version: str | None = None,
+    table: Mapping[str, tuple[HookTarget, ...]] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> VersionCase:
+    """Which case applies to ``version`` (default: the installed SGLang); imports the target modules."""
+    table = KNOWN_TARGETS if table is None else table
+    environ = os.environ if environ is None else environ
+    version = sglang_version() if version is None else version
+    if version is None:
+        checks = (TargetCheck("sglang", "*", False, "sglang is not installed"),)
+        return VersionCase("absent", None, None, False, "sglang is not installed", checks)
+    known = ", ".join(sorted(table, key=_release_key)) or "(none)"
+    public = version.split("+", 1)[0]  # a local build of a listed release (e.g. 0.5.23+cu129) is that release
+    if public in table:
+        checks = tuple(_check(t, f"sglang {version}") for t in table[public])
+        return VersionCase("known", version, public, True, f"sglang {version} is in the version table", checks, table[public])
+    newest = max(table, key=_release_key) if table else None
+    if newest is None or _release_key(public) <= _release_key(newest):
+        message = f"sglang {version} is not in the version table (known: {known}); no hooks"
+        return VersionCase("unsupported", version, None, False, message, (TargetCheck("sglang", "*", False, message),))
+    targets = table[newest]
+    label = f"sglang {version} (untested; signatures of {newest})"
+    checks = tuple(_check(t, label) for t in targets)
+    if not all(c.ok for c in checks):
+        why = "; ".join(f"{c.path}: {c.reason}" for c in checks if not c.ok)
+        message = f"sglang {version} is newer than the version table (known: {known}) and differs from {newest}: {why}; no hooks"
+        return VersionCase("newer-mismatch", version, newest, False, message, tuple(_refuse(c, message) for c in checks))
+    if _require_known(environ):
+        message = (f"sglang {version} is newer than the version table (known: {known}) and {REQUIRE_KNOWN_ENV}=1 "
+                   f"requires a known release; no hooks")
+        return VersionCase("newer-refused", version, newest, False, message, tuple(_refuse(c, message) for c in checks))
+    message = (f"sglang {version} is newer than the tested releases (known: {known}); its hook targets match {newest}'s "
+               f"signatures, so they are hooked as {newest} (untested release; set {REQUIRE_KNOWN_ENV}=1 to refuse)")
+    return VersionCase("newer", version, newest, True, message, checks, targets)
+
+
+def _refuse(check: TargetCheck, message: str) -> TargetCheck:
+    return TargetCheck(check.path, check.op, False, check.reason if not check.ok else message)
+
+
+def check_targets(version: str | None = None, table: Mapping[str, tuple[HookTarget, ...]] | None = None) -> tuple[TargetCheck, ...]:
+    """Check every target for the installed SGLang (imports the target modules)."""
+    return version_case(version, table).checks
+
+
+def set_active_targets(targets: tuple[HookTarget, ...]) -> None:
+    """Record the table entries :func:`register` hooked (the hooks read their host record from here)."""
+    _active.clear()
+    _active.update({t.op: t for t in targets})
+
+
+def active_target(op: str) -> HookTarget:
+    """The table entry of ``op`` registered in this process; the newest release's before registration."""
+    target = _active.get(op)
+    if target is not None:
+        return target
+    newest = max(KNOWN_TARGETS, key=_release_key)
+    return next(t for t in KNOWN_TARGETS[newest] if t.op == op)
