@@ -373,7 +373,7 @@ from sglang_moe_plugins.ops.silu_mul_quant import SiluMulQuantInputs, allocate_o
 from sglang_moe_plugins.plugins import _triton_silu_mul_quant as K
 from sglang_moe_plugins.plugins.triton import TritonPlugin
 from sglang_moe_plugins.quant import round_to_bf16
-from sglang_moe_plugins.testing.tolerance import poison
+from sglang_moe_plugins.testing.case import poison
 
 plans = []
 real_plan = K.plan_launch

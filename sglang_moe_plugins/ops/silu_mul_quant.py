@@ -335,4 +335,5 @@ def dequantize(outputs: SiluMulQuantOutputs, shape: SiluMulQuantShape, config: S
 
 SPEC = OpSpec(name=OP, allocate_outputs=allocate_outputs, validate_outputs=validate_outputs, output_allocator=output_allocator,
               shape_type=SiluMulQuantShape, output_type=SiluMulQuantOutputs,
-              writable_inputs=(("gateup", "gateup_writable"),))
+              writable_inputs=(("gateup", "gateup_writable"),),
+              conformance="sglang_moe_plugins.testing.ops.silu_mul_quant:SiluMulQuantConformance")

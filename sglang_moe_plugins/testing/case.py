@@ -1,8 +1,11 @@
-"""What the suite needs from an op: cases, inputs, output checks. One adapter per op.
+"""The conformance kit's shared vocabulary: what the suite and every op's adapter speak.
 
-The suite itself (:mod:`.suite`) is op-agnostic: it asks :func:`conformance_for` for the op's adapter.
-``silu_mul_quant`` (:mod:`.silu_mul_quant`) and ``mega_moe`` (:mod:`.mega_moe`) have full adapters
-in this package. Another op is covered when its op module (``sglang_moe_plugins.ops.<op>``) offers one:
+:class:`SuiteCase` (one drawn case), :class:`SuiteOptions` (what the suite draws and where it runs),
+:class:`OpConformance` (what the suite needs from an op: cases, inputs, output checks; one adapter per op,
+in :mod:`.ops`), the coverage levels, and :func:`poison`, the one poison helper of the suite and the tests.
+
+The suite (:mod:`.suite`) finds an op's adapter through the op's spec (``OpSpec.conformance``). Another
+op is covered when its op module (``sglang_moe_plugins.ops.<op>``) offers one:
 
 - ``conformance``: an object implementing :class:`OpConformance` (full coverage), or
 - ``cases_for_model(model, *, ep, platform) -> [(label, shape, config), ...]``: the suite then checks
@@ -13,22 +16,41 @@ Otherwise the op is reported as not covered by the suite yet.
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
 
+from ..catalog import DEFAULT_ROWS
+from ..errors import InvalidArgumentError
 from ..hardware import Platform
 
-if TYPE_CHECKING:
-    from .suite import SuiteOptions
-
-__all__ = ["SuiteCase", "OpConformance", "SupportsOnlyConformance", "conformance_for", "FULL", "SUPPORTS_ONLY", "NONE"]
+__all__ = [
+    "SuiteCase",
+    "SuiteOptions",
+    "OpConformance",
+    "FULL",
+    "SUPPORTS_ONLY",
+    "NONE",
+    "DEFAULT_CPU_MAX_ELEMENTS",
+    "DEFAULT_CUDA_MAX_ELEMENTS",
+    "DEFAULT_CPU_CATALOG_RUNS",
+    "catalog_models",
+    "POISON_FP8",
+    "POISON_SCALE_INT",
+    "poison",
+]
 
 FULL = "full"
 SUPPORTS_ONLY = "supports-only"
 NONE = "none"
+
+#: Per-case size budget (input elements, E * N * 2D for silu_mul_quant) on CPU and on CUDA.
+DEFAULT_CPU_MAX_ELEMENTS = 1 << 20
+DEFAULT_CUDA_MAX_ELEMENTS = 1 << 27
+#: Catalog cases run on CPU (the rest are supports()-checked only); all run on CUDA.
+DEFAULT_CPU_CATALOG_RUNS = 24
 
 
 @dataclass(frozen=True)
@@ -69,7 +91,7 @@ class OpConformance(Protocol):
     coverage: str  # FULL or SUPPORTS_ONLY
     note: str
 
-    def cases(self, options: "SuiteOptions", platform: Platform, seed: int) -> Sequence[SuiteCase]:
+    def cases(self, options: SuiteOptions, platform: Platform, seed: int) -> Sequence[SuiteCase]:
         """Every case to draw for ``platform`` (its configs must name that platform)."""
 
     def make_inputs(self, case: SuiteCase, device: torch.device) -> Any:
@@ -97,33 +119,87 @@ class OpConformance(Protocol):
         """None when within the tolerance policy, else the first offending value (``inputs``: the snapshot)."""
 
 
-class SupportsOnlyConformance:
-    """Cases from an op module's ``cases_for_model``; nothing is run (no inputs, no tolerance policy)."""
+@dataclass(frozen=True)
+class SuiteOptions:
+    """What the suite draws and where it runs. Every field has a sensible default."""
 
-    coverage = SUPPORTS_ONLY
+    #: Seed of the random cases and inputs; None draws one (it is in the report: rerun with it).
+    seed: int | None = None
+    #: Number of property-based random cases.
+    random_cases: int = 24
+    #: Draw the embedded catalog's models.
+    catalog: bool = True
+    #: Restrict the catalog to these models (ids or short names); None: every model.
+    models: tuple[str, ...] | None = None
+    #: Expert-parallel sizes of the catalog cases.
+    eps: tuple[int, ...] = (1, 2, 4, 8)
+    #: Padded rows per expert (N) of the catalog cases: decode-size and prefill-size.
+    rows: tuple[int, ...] = DEFAULT_ROWS
+    #: Draw the curated edge cases.
+    edge_cases: bool = True
+    #: "auto" (CUDA when available, else CPU), "cpu", "cuda" or "cuda:N".
+    device: str = "auto"
+    #: Largest case run as drawn (input elements); larger catalog cases also run at a reduced N.
+    #: None: 2**21 on CPU, 2**27 on CUDA.
+    max_elements: int | None = None
+    #: supports() must take less than this per call (median), in microseconds.
+    supports_budget_us: float = 1000.0
+    #: No single supports() call may take longer than this (microseconds; the first call of the run, which
+    #: may pay one-time imports, is exempt). A slower call fails ``supports_cheap`` at once and the
+    #: remaining cases are not asked, so a costly supports() fails fast.
+    supports_limit_us: float = 50_000.0
+    #: Run at most this many of the accepted catalog cases, spread over the models (the others are
+    #: supports()-checked only). None: 24 on CPU (or the op adapter's ``max_cpu_catalog_runs``), all on
+    #: CUDA. Edge and random cases always run.
+    max_catalog_runs: int | None = None
 
-    def __init__(self, op: str, cases_for_model: Any):
-        self.op = op
-        self._cases_for_model = cases_for_model
-        self.note = (
-            f"ops.{op} offers shapes (cases_for_model) but no input generator or tolerance policy "
-            "(a 'conformance' object): supports() is checked, run() is not exercised by the suite yet"
-        )
+    def __post_init__(self) -> None:
+        def bad(field: str, allowed: str) -> InvalidArgumentError:
+            return InvalidArgumentError("conformance suite", field, getattr(self, field), allowed)
 
-    def cases(self, options: "SuiteOptions", platform: Platform, seed: int) -> Sequence[SuiteCase]:
-        from ..catalog import load_catalog
+        def positive_int(value: Any) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
-        cases = []
-        for model in _models(options, load_catalog()):
-            for ep in options.eps:
-                if model.experts % ep:
-                    continue
-                for label, shape, config in self._cases_for_model(model, ep=ep, platform=platform):
-                    cases.append(SuiteCase(label, "catalog", shape, config, seed=seed, execute=False, note=self.note))
-        return cases
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise bad("seed", "None or an int")
+        if isinstance(self.random_cases, bool) or not isinstance(self.random_cases, int) or self.random_cases < 0:
+            raise bad("random_cases", "an int >= 0")
+        for field in ("eps", "rows"):
+            values = getattr(self, field)
+            if not isinstance(values, tuple) or not all(positive_int(v) for v in values):
+                raise bad(field, "a tuple of ints >= 1")
+        if self.models is not None and (not isinstance(self.models, tuple) or not all(isinstance(m, str) for m in self.models)):
+            raise bad("models", "None or a tuple of model names")
+        for field in ("max_elements", "max_catalog_runs"):
+            value = getattr(self, field)
+            if value is not None and not (positive_int(value) or (field == "max_catalog_runs" and value == 0)):
+                raise bad(field, "None or a positive int")
+        for field in ("supports_budget_us", "supports_limit_us"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise bad(field, "a number > 0")
+        if not isinstance(self.device, str):
+            raise bad("device", '"auto", "cpu", "cuda" or "cuda:N"')
+
+    def resolved_max_elements(self, platform: Platform) -> int:
+        if self.max_elements is not None:
+            return self.max_elements
+        return DEFAULT_CUDA_MAX_ELEMENTS if platform.is_cuda else DEFAULT_CPU_MAX_ELEMENTS
+
+    def resolved_max_catalog_runs(self, platform: Platform) -> int | None:
+        if self.max_catalog_runs is not None:
+            return self.max_catalog_runs
+        return None if platform.is_cuda else DEFAULT_CPU_CATALOG_RUNS
 
 
-def _models(options: "SuiteOptions", catalog: Sequence[Any]) -> list[Any]:
+#: NaN in float8_e4m3fn: what every output byte holds before the plugin runs.
+POISON_FP8 = 0x7F
+#: Every byte 0xFF (NaN in UE8M0): what packed scales hold before the plugin runs.
+POISON_SCALE_INT = -1
+
+
+def catalog_models(options: SuiteOptions, catalog: Sequence[Any]) -> list[Any]:
+    """The catalog models the suite draws: ``options.models`` (looked up by name), else every model of ``catalog``."""
     if options.models is None:
         return list(catalog)
     from ..catalog import get_model
@@ -131,24 +207,18 @@ def _models(options: "SuiteOptions", catalog: Sequence[Any]) -> list[Any]:
     return [get_model(name) for name in options.models]
 
 
-def conformance_for(op: str) -> OpConformance | None:
-    """The adapter of ``op``, or None when the suite does not cover the op yet."""
-    if op == "silu_mul_quant":
-        from .silu_mul_quant import SiluMulQuantConformance
-
-        return SiluMulQuantConformance()
-    if op == "mega_moe":
-        from .mega_moe import MegaMoEConformance
-
-        return MegaMoEConformance()
-    try:
-        module = importlib.import_module(f"sglang_moe_plugins.ops.{op}")
-    except ImportError:
-        return None
-    adapter = getattr(module, "conformance", None)
-    if adapter is not None:
-        return adapter
-    builder = getattr(module, "cases_for_model", None)
-    if callable(builder):
-        return SupportsOnlyConformance(op, builder)
-    return None
+def poison(outputs: Any) -> None:
+    """Fill every tensor of an op's outputs (a dataclass of tensors) with values no plugin writes for
+    a real row: FP8 bytes ``POISON_FP8`` (NaN), integer words ``POISON_SCALE_INT`` (packed UE8M0
+    scales: NaN), floating point NaN. The one poison helper of the conformance suite and the tests
+    (``silu_mul_quant``: ``out``, ``scale``; ``mega_moe``: ``y``)."""
+    for field in dataclasses.fields(outputs):
+        value = getattr(outputs, field.name)
+        if not isinstance(value, torch.Tensor):
+            continue
+        if value.element_size() == 1 and value.is_floating_point():
+            value.view(torch.uint8).fill_(POISON_FP8)
+        elif value.is_floating_point():
+            value.fill_(float("nan"))
+        else:
+            value.fill_(POISON_SCALE_INT)

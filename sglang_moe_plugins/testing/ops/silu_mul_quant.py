@@ -1,11 +1,12 @@
-"""The tolerance policy of op ``silu_mul_quant``, checked against an independent fp64 computation.
+"""The conformance adapter of op ``silu_mul_quant`` and its tolerance policy, checked against an independent
+fp64 computation. The cases and their inputs are drawn by :mod:`.silu_mul_quant_cases`.
 
 This module is the single source of the policy; the conformance suite and this project's own tests
 use it. A plugin's output passes when, for every real row (``row < masked_m[expert]``):
 
-1. **Written.** Outputs are poisoned before the plugin runs (fp8 bytes ``0x7F``, which is NaN in
-   float8_e4m3fn; fp32 scales NaN; packed UE8M0 scales ``-1``, byte ``0xFF`` being NaN in UE8M0). No
-   poison may survive in a real row. Padding rows are unspecified and never read.
+1. **Written.** Outputs are poisoned before the plugin runs (``testing.case.poison``: fp8 bytes ``0x7F``,
+   which is NaN in float8_e4m3fn; fp32 scales NaN; packed UE8M0 scales ``-1``, byte ``0xFF`` being NaN in
+   UE8M0). No poison may survive in a real row. Padding rows are unspecified and never read.
 2. **Scales.** fp32 scales within a relative ``scale_rtol`` (1e-6) of the fp64 value
    ``max(absmax, 1e-10) / 448``; UE8M0 scales exactly the power of two ``2 ** ceil(log2(...))``.
 3. **Values.** Each dequantized value ``q * scale`` within half an fp8 e4m3 step of the fp64 value:
@@ -35,16 +36,18 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
-from ..errors import MoEPluginsError
-from ..ops import silu_mul_quant as smq
+from ...errors import MoEPluginsError
+from ...hardware import Platform
+from ...ops import silu_mul_quant as smq
+from ..case import FULL, SuiteCase, SuiteOptions, poison
+from .silu_mul_quant_cases import case_elements, draw_cases, make_fresh_inputs, make_inputs, repad
 
 __all__ = [
-    "POISON_FP8",
-    "POISON_SCALE_INT",
+    "SiluMulQuantConformance",
     "Tolerance",
     "STRICT",
     "EXACT",
@@ -53,16 +56,10 @@ __all__ = [
     "ToleranceError",
     "NumericsResult",
     "fp64_expected",
-    "poison",
     "find_unwritten",
     "compare_with_fp64",
     "check_against_fp64",
 ]
-
-#: NaN in float8_e4m3fn: what every output byte holds before the plugin runs.
-POISON_FP8 = 0x7F
-#: Every byte 0xFF (NaN in UE8M0): what packed scales hold before the plugin runs.
-POISON_SCALE_INT = -1
 
 _HALF_FP8_STEP = 2.0**-4  # e4m3 has 3 mantissa bits: half a step is 2**-4 of the value
 _HALF_FP8_SUBNORMAL_STEP = 2.0**-10  # subnormal step 2**-9 (in units of the scale), half of it
@@ -167,23 +164,6 @@ def _expected(gate: torch.Tensor, up: torch.Tensor, group: int, ue8m0: bool) -> 
     if ue8m0:
         scale = torch.exp2(torch.ceil(torch.log2(scale)))
     return v, scale
-
-
-def poison(outputs: Any) -> None:
-    """Fill every tensor of an op's outputs (a dataclass of tensors) with values no plugin writes for
-    a real row (see the module docstring): FP8 bytes ``POISON_FP8`` (NaN), integer words
-    ``POISON_SCALE_INT``, floating point NaN. The one poison helper of the conformance suite and the
-    tests (``silu_mul_quant``: ``out``, ``scale``; ``mega_moe``: ``y``)."""
-    for field in dataclasses.fields(outputs):
-        value = getattr(outputs, field.name)
-        if not isinstance(value, torch.Tensor):
-            continue
-        if value.element_size() == 1 and value.is_floating_point():
-            value.view(torch.uint8).fill_(POISON_FP8)
-        elif value.is_floating_point():
-            value.fill_(float("nan"))
-        else:
-            value.fill_(POISON_SCALE_INT)
 
 
 def _real_rows(inputs: smq.SiluMulQuantInputs, shape: smq.SiluMulQuantShape) -> torch.Tensor:
@@ -337,3 +317,83 @@ def check_against_fp64(
     result = compare_with_fp64(inputs, outputs, shape, config, tolerance)
     if not result.ok:
         raise ToleranceError(result.message)
+
+
+class SiluMulQuantConformance:
+    """The full conformance adapter of ``silu_mul_quant``."""
+
+    op = smq.OP
+    coverage = FULL
+    note = ""
+
+    def cases(self, options: SuiteOptions, platform: Platform, seed: int) -> Sequence[SuiteCase]:
+        return draw_cases(options, platform, seed)
+
+    # -- inputs and outputs ----------------------------------------------------------------------
+    def make_inputs(self, case: SuiteCase, device: torch.device) -> smq.SiluMulQuantInputs:
+        return make_inputs(case, device)
+
+    def make_fresh_inputs(self, case: SuiteCase, fresh: SuiteCase, device: torch.device) -> smq.SiluMulQuantInputs:
+        """A second call of ``case``'s key with new values (see :func:`.silu_mul_quant_cases.make_fresh_inputs`)."""
+        return make_fresh_inputs(case, fresh, device)
+
+    def allocate_outputs(self, case: SuiteCase, inputs: Any, device: torch.device) -> smq.SiluMulQuantOutputs:
+        return smq.allocate_outputs(case.shape, case.config, device)
+
+    def poison(self, outputs: smq.SiluMulQuantOutputs) -> None:
+        poison(outputs)
+
+    def validate_outputs(self, outputs: Any, case: SuiteCase, plugin: str) -> None:
+        smq.validate_outputs(outputs, case.shape, case.config, plugin)
+
+    def cost(self, case: SuiteCase) -> float:
+        """Relative run time of a case (for the suite's time estimate): its input elements."""
+        return 4096.0 + case_elements(case.shape)
+
+    def repad(self, inputs: smq.SiluMulQuantInputs, case: SuiteCase) -> smq.SiluMulQuantInputs | None:
+        """``inputs`` with other padding rows (see :func:`.silu_mul_quant_cases.repad`); None: no padding."""
+        return repad(inputs, case)
+
+    def real_outputs(self, inputs: smq.SiluMulQuantInputs, outputs: smq.SiluMulQuantOutputs, case: SuiteCase) -> list[tuple[str, torch.Tensor]]:
+        """The real rows of ``out`` and ``scale`` (what the determinism and padding checks compare)."""
+        shape = case.shape
+        if shape.num_experts == 0 or shape.max_rows == 0:
+            return [("out", outputs.out.reshape(-1)[:0]), ("scale", outputs.scale.reshape(-1)[:0])]
+        real = smq.real_rows(inputs.masked_m.cpu(), shape.max_rows).to(outputs.out.device)
+        return [("out", outputs.out[real]), ("scale", outputs.scale[real])]
+
+    # -- checks ----------------------------------------------------------------------------------
+    def snapshot(self, inputs: smq.SiluMulQuantInputs) -> smq.SiluMulQuantInputs:
+        return dataclasses.replace(inputs, gateup=inputs.gateup.clone(), masked_m=inputs.masked_m.clone())
+
+    def inputs_changed(self, snapshot: smq.SiluMulQuantInputs, inputs: smq.SiluMulQuantInputs, case: SuiteCase) -> str | None:
+        if not torch.equal(snapshot.masked_m, inputs.masked_m):
+            return f"masked_m changed from {snapshot.masked_m.tolist()} to {inputs.masked_m.tolist()}"
+        if case.inputs_writable or snapshot.gateup.numel() == 0:
+            return None
+        before, after = snapshot.gateup.view(torch.int16), inputs.gateup.view(torch.int16)
+        if not torch.equal(before, after):
+            e, r, c = (int(i) for i in (before != after).nonzero()[0])
+            return f"gateup changed at expert {e} row {r} column {c}, though the caller did not mark it writable"
+        return None
+
+    def find_unwritten(self, inputs: smq.SiluMulQuantInputs, outputs: smq.SiluMulQuantOutputs, case: SuiteCase) -> str | None:
+        return find_unwritten(inputs, outputs, case.shape, case.config)
+
+    def compare(self, inputs: smq.SiluMulQuantInputs, outputs: smq.SiluMulQuantOutputs, case: SuiteCase) -> str | None:
+        result = compare_with_fp64(inputs, outputs, case.shape, case.config, tolerance_for(case.config))
+        if result.ok:
+            return None
+        return result.message + "; " + self._reference_verdict(inputs, case)
+
+    def _reference_verdict(self, inputs: smq.SiluMulQuantInputs, case: SuiteCase) -> str:
+        """Run the reference plugin on the same inputs: tells a plugin bug from a suite bug."""
+        from ...plugins.reference import silu_mul_quant_reference
+
+        outputs = smq.allocate_outputs(case.shape, case.config, inputs.device)
+        poison(outputs)
+        silu_mul_quant_reference(inputs, outputs, case.shape, case.config)
+        ref = compare_with_fp64(inputs, outputs, case.shape, case.config, tolerance_for(case.config))
+        if ref.ok:
+            return "the reference plugin passes this case"
+        return f"the reference plugin ALSO fails this case ({ref.message}): please report it to sglang-moe-plugins"

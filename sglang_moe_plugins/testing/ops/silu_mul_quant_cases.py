@@ -1,4 +1,4 @@
-"""Conformance cases and checks of op ``silu_mul_quant``.
+"""Conformance cases and inputs of op ``silu_mul_quant`` (the adapter and tolerance: :mod:`.silu_mul_quant`).
 
 Cases come from three sources, each case labelled with where it came from:
 
@@ -24,21 +24,18 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any
 
 import torch
 
-from ..catalog import SiluMulQuantCase, load_catalog, silu_mul_quant_cases
-from ..errors import InvalidArgumentError
-from ..hardware import Platform
-from ..ops import silu_mul_quant as smq
-from .adapters import FULL, SuiteCase, _models
-from .tolerance import compare_with_fp64, find_unwritten, poison, tolerance_for
+from ...catalog import SiluMulQuantCase, load_catalog, silu_mul_quant_cases
+from ...errors import InvalidArgumentError
+from ...hardware import Platform
+from ...ops import silu_mul_quant as smq
+from ..case import SuiteCase, SuiteOptions, catalog_models
 
-if TYPE_CHECKING:
-    from .suite import SuiteOptions
-
-__all__ = ["SiluMulQuantConformance", "MASKED_PATTERNS", "masked_pattern", "make_gateup", "case_elements"]
+__all__ = ["MASKED_PATTERNS", "masked_pattern", "make_gateup", "case_elements", "draw_cases", "make_inputs",
+           "make_fresh_inputs", "repad"]
 
 #: How the real rows of a case are distributed over the experts.
 MASKED_PATTERNS = ("ragged", "uniform", "empty", "skewed", "full")
@@ -174,154 +171,93 @@ def _random_case(rng: random.Random, platform: Platform, max_elements: int) -> t
     return smq.SiluMulQuantShape(e, n, d, group, topk), config, rng.choice(MASKED_PATTERNS)
 
 
-class SiluMulQuantConformance:
-    """The full conformance adapter of ``silu_mul_quant``."""
+def draw_cases(options: SuiteOptions, platform: Platform, seed: int) -> list[SuiteCase]:
+    """Every case of ``silu_mul_quant`` for ``platform`` (see the module docstring), seeded by ``seed``."""
+    budget = options.resolved_max_elements(platform)
+    drawn: list[SuiteCase] = []
+    seen: set[tuple[Any, ...]] = set()
+    counter = iter(range(1, 1 << 30))
 
-    op = smq.OP
-    coverage = FULL
-    note = ""
+    def add(label: str, origin: str, shape: Any, config: Any, pattern: str, *, execute: bool = True, note: str = "",
+            writable: bool = False, group: str = "", dedupe: str | None = None) -> None:
+        key = (shape, config, pattern if dedupe is None else dedupe, execute)
+        if key in seen:
+            return
+        seen.add(key)
+        case_seed = (seed * 1_000_003 + next(counter)) % (1 << 31)
+        drawn.append(SuiteCase(label, origin, shape, config, pattern, case_seed, execute, note, writable, group))
 
-    # -- cases -----------------------------------------------------------------------------------
-    def cases(self, options: "SuiteOptions", platform: Platform, seed: int) -> Sequence[SuiteCase]:
-        budget = options.resolved_max_elements(platform)
-        drawn: list[SuiteCase] = []
-        seen: set[tuple[Any, ...]] = set()
-        counter = iter(range(1, 1 << 30))
-
-        def add(label: str, origin: str, shape: Any, config: Any, pattern: str, *, execute: bool = True, note: str = "",
-                writable: bool = False, group: str = "", dedupe: str | None = None) -> None:
-            key = (shape, config, pattern if dedupe is None else dedupe, execute)
-            if key in seen:
-                return
-            seen.add(key)
-            case_seed = (seed * 1_000_003 + next(counter)) % (1 << 31)
-            drawn.append(SuiteCase(label, origin, shape, config, pattern, case_seed, execute, note, writable, group))
-
-        if options.catalog:
-            for model in _models(options, load_catalog()):
-                if model.gpt_oss_activation:
+    if options.catalog:
+        for model in catalog_models(options, load_catalog()):
+            if model.gpt_oss_activation:
+                continue
+            for ep in options.eps:
+                if model.experts % ep:
                     continue
-                for ep in options.eps:
-                    if model.experts % ep:
+                for ue8m0 in (False, True):
+                    try:
+                        calls: list[SiluMulQuantCase] = silu_mul_quant_cases(
+                            model, ep=ep, rows=options.rows, platform=platform, ue8m0=ue8m0
+                        )
+                    except InvalidArgumentError:
                         continue
-                    for ue8m0 in (False, True):
-                        try:
-                            calls: list[SiluMulQuantCase] = silu_mul_quant_cases(
-                                model, ep=ep, rows=options.rows, platform=platform, ue8m0=ue8m0
-                            )
-                        except InvalidArgumentError:
+                    for index, call in enumerate(calls):
+                        pattern = "ragged" if index == 0 else "uniform"
+                        label = call.label + (" UE8M0" if ue8m0 else "")
+                        size = case_elements(call.shape)
+                        group = model.short_name
+                        if size <= budget:
+                            add(label, "catalog", call.shape, call.config, pattern, group=group)
                             continue
-                        for index, call in enumerate(calls):
-                            pattern = "ragged" if index == 0 else "uniform"
-                            label = call.label + (" UE8M0" if ue8m0 else "")
-                            size = case_elements(call.shape)
-                            group = model.short_name
-                            if size <= budget:
-                                add(label, "catalog", call.shape, call.config, pattern, group=group)
-                                continue
-                            rows = max(1, budget // max(1, size // call.shape.max_rows))
-                            add(label, "catalog", call.shape, call.config, pattern, execute=False, group=group,
-                                note=f"over the size budget ({size} > {budget} input elements): supports() only")
-                            small = dataclasses.replace(call.shape, max_rows=rows)
-                            add(f"{label} (run at N={rows}: size budget)", "catalog", small, call.config, pattern,
-                                group=group, dedupe="scaled")
-        if options.edge_cases:
-            for label, shape, config, pattern, why in _edge_cases(platform):
-                add(label, "edge", shape, config, pattern, note=why)
-            add("gateup writable", "edge", smq.SiluMulQuantShape(3, 8, 256, 128, 2), _cfg(platform, swiglu_limit=10.0),
-                "ragged", note="the caller lets the plugin overwrite gateup (the host's GEMM workspace)", writable=True)
-        rng = random.Random(seed)
-        for index in range(options.random_cases):
-            shape, config, pattern = _random_case(rng, platform, budget)
-            add(f"random #{index} (seed {seed})", "random", shape, config, pattern, writable=rng.random() < 0.2)
-        return drawn
+                        rows = max(1, budget // max(1, size // call.shape.max_rows))
+                        add(label, "catalog", call.shape, call.config, pattern, execute=False, group=group,
+                            note=f"over the size budget ({size} > {budget} input elements): supports() only")
+                        small = dataclasses.replace(call.shape, max_rows=rows)
+                        add(f"{label} (run at N={rows}: size budget)", "catalog", small, call.config, pattern,
+                            group=group, dedupe="scaled")
+    if options.edge_cases:
+        for label, shape, config, pattern, why in _edge_cases(platform):
+            add(label, "edge", shape, config, pattern, note=why)
+        add("gateup writable", "edge", smq.SiluMulQuantShape(3, 8, 256, 128, 2), _cfg(platform, swiglu_limit=10.0),
+            "ragged", note="the caller lets the plugin overwrite gateup (the host's GEMM workspace)", writable=True)
+    rng = random.Random(seed)
+    for index in range(options.random_cases):
+        shape, config, pattern = _random_case(rng, platform, budget)
+        add(f"random #{index} (seed {seed})", "random", shape, config, pattern, writable=rng.random() < 0.2)
+    return drawn
 
-    # -- inputs and outputs ----------------------------------------------------------------------
-    def make_inputs(self, case: SuiteCase, device: torch.device) -> smq.SiluMulQuantInputs:
-        shape = case.shape
-        gen = torch.Generator().manual_seed(case.seed)
-        masked = masked_pattern(case.masked_m or "ragged", shape.num_experts, shape.max_rows, shape.topk, gen)
-        gateup = make_gateup(shape, masked, gen, zero_rows=case.label.startswith("zero rows") or (case.seed % 7 == 0))
-        total = int(masked.sum())
-        hint = None if case.seed % 3 == 0 else -(-total // shape.topk)
-        return smq.SiluMulQuantInputs(gateup.to(device), masked.to(device), hint, case.inputs_writable)
 
-    def make_fresh_inputs(self, case: SuiteCase, fresh: SuiteCase, device: torch.device) -> smq.SiluMulQuantInputs:
-        """Inputs of ``case``'s key with new values (drawn from ``fresh.seed``) and ``case``'s own masked_m:
-        a second call of the key that only a plugin keeping state across calls gets wrong."""
-        base = self.make_inputs(case, device)
-        gen = torch.Generator().manual_seed(fresh.seed)
-        gateup = make_gateup(case.shape, base.masked_m.cpu(), gen)
-        return dataclasses.replace(base, gateup=gateup.to(device))
+def make_inputs(case: SuiteCase, device: torch.device) -> smq.SiluMulQuantInputs:
+    """Fresh inputs of ``case`` on ``device`` (seeded by ``case.seed``)."""
+    shape = case.shape
+    gen = torch.Generator().manual_seed(case.seed)
+    masked = masked_pattern(case.masked_m or "ragged", shape.num_experts, shape.max_rows, shape.topk, gen)
+    gateup = make_gateup(shape, masked, gen, zero_rows=case.label.startswith("zero rows") or (case.seed % 7 == 0))
+    total = int(masked.sum())
+    hint = None if case.seed % 3 == 0 else -(-total // shape.topk)
+    return smq.SiluMulQuantInputs(gateup.to(device), masked.to(device), hint, case.inputs_writable)
 
-    def allocate_outputs(self, case: SuiteCase, inputs: Any, device: torch.device) -> smq.SiluMulQuantOutputs:
-        return smq.allocate_outputs(case.shape, case.config, device)
 
-    def poison(self, outputs: smq.SiluMulQuantOutputs) -> None:
-        poison(outputs)
+def make_fresh_inputs(case: SuiteCase, fresh: SuiteCase, device: torch.device) -> smq.SiluMulQuantInputs:
+    """Inputs of ``case``'s key with new values (drawn from ``fresh.seed``) and ``case``'s own masked_m:
+    a second call of the key that only a plugin keeping state across calls gets wrong."""
+    base = make_inputs(case, device)
+    gen = torch.Generator().manual_seed(fresh.seed)
+    gateup = make_gateup(case.shape, base.masked_m.cpu(), gen)
+    return dataclasses.replace(base, gateup=gateup.to(device))
 
-    def validate_outputs(self, outputs: Any, case: SuiteCase, plugin: str) -> None:
-        smq.validate_outputs(outputs, case.shape, case.config, plugin)
 
-    def cost(self, case: SuiteCase) -> float:
-        """Relative run time of a case (for the suite's time estimate): its input elements."""
-        return 4096.0 + case_elements(case.shape)
-
-    def repad(self, inputs: smq.SiluMulQuantInputs, case: SuiteCase) -> smq.SiluMulQuantInputs | None:
-        """``inputs`` with the padding rows (row >= masked_m[e]) of gateup set to large finite values
-        (NaN before): the real rows of a plugin's outputs must not change. None when nothing is padding."""
-        shape = case.shape
-        if shape.num_experts == 0 or shape.max_rows == 0:
-            return None
-        pad = ~smq.real_rows(inputs.masked_m.cpu(), shape.max_rows).to(inputs.gateup.device)
-        if not bool(pad.any()):
-            return None
-        gen = torch.Generator().manual_seed(case.seed + 17)
-        gateup = inputs.gateup.clone()
-        values = torch.randn(int(pad.sum()), gateup.shape[-1], generator=gen) * 4096.0
-        gateup[pad] = values.to(torch.bfloat16).to(gateup.device)
-        return dataclasses.replace(inputs, gateup=gateup, masked_m=inputs.masked_m.clone())
-
-    def real_outputs(self, inputs: smq.SiluMulQuantInputs, outputs: smq.SiluMulQuantOutputs, case: SuiteCase) -> list[tuple[str, torch.Tensor]]:
-        """The real rows of ``out`` and ``scale`` (what the determinism and padding checks compare)."""
-        shape = case.shape
-        if shape.num_experts == 0 or shape.max_rows == 0:
-            return [("out", outputs.out.reshape(-1)[:0]), ("scale", outputs.scale.reshape(-1)[:0])]
-        real = smq.real_rows(inputs.masked_m.cpu(), shape.max_rows).to(outputs.out.device)
-        return [("out", outputs.out[real]), ("scale", outputs.scale[real])]
-
-    # -- checks ----------------------------------------------------------------------------------
-    def snapshot(self, inputs: smq.SiluMulQuantInputs) -> smq.SiluMulQuantInputs:
-        return dataclasses.replace(inputs, gateup=inputs.gateup.clone(), masked_m=inputs.masked_m.clone())
-
-    def inputs_changed(self, snapshot: smq.SiluMulQuantInputs, inputs: smq.SiluMulQuantInputs, case: SuiteCase) -> str | None:
-        if not torch.equal(snapshot.masked_m, inputs.masked_m):
-            return f"masked_m changed from {snapshot.masked_m.tolist()} to {inputs.masked_m.tolist()}"
-        if case.inputs_writable or snapshot.gateup.numel() == 0:
-            return None
-        before, after = snapshot.gateup.view(torch.int16), inputs.gateup.view(torch.int16)
-        if not torch.equal(before, after):
-            e, r, c = (int(i) for i in (before != after).nonzero()[0])
-            return f"gateup changed at expert {e} row {r} column {c}, though the caller did not mark it writable"
+def repad(inputs: smq.SiluMulQuantInputs, case: SuiteCase) -> smq.SiluMulQuantInputs | None:
+    """``inputs`` with the padding rows (row >= masked_m[e]) of gateup set to large finite values
+    (NaN before): the real rows of a plugin's outputs must not change. None when nothing is padding."""
+    shape = case.shape
+    if shape.num_experts == 0 or shape.max_rows == 0:
         return None
-
-    def find_unwritten(self, inputs: smq.SiluMulQuantInputs, outputs: smq.SiluMulQuantOutputs, case: SuiteCase) -> str | None:
-        return find_unwritten(inputs, outputs, case.shape, case.config)
-
-    def compare(self, inputs: smq.SiluMulQuantInputs, outputs: smq.SiluMulQuantOutputs, case: SuiteCase) -> str | None:
-        result = compare_with_fp64(inputs, outputs, case.shape, case.config, tolerance_for(case.config))
-        if result.ok:
-            return None
-        return result.message + "; " + self._reference_verdict(inputs, case)
-
-    def _reference_verdict(self, inputs: smq.SiluMulQuantInputs, case: SuiteCase) -> str:
-        """Run the reference plugin on the same inputs: tells a plugin bug from a suite bug."""
-        from ..plugins.reference import silu_mul_quant_reference
-
-        outputs = smq.allocate_outputs(case.shape, case.config, inputs.device)
-        poison(outputs)
-        silu_mul_quant_reference(inputs, outputs, case.shape, case.config)
-        ref = compare_with_fp64(inputs, outputs, case.shape, case.config, tolerance_for(case.config))
-        if ref.ok:
-            return "the reference plugin passes this case"
-        return f"the reference plugin ALSO fails this case ({ref.message}): please report it to sglang-moe-plugins"
+    pad = ~smq.real_rows(inputs.masked_m.cpu(), shape.max_rows).to(inputs.gateup.device)
+    if not bool(pad.any()):
+        return None
+    gen = torch.Generator().manual_seed(case.seed + 17)
+    gateup = inputs.gateup.clone()
+    values = torch.randn(int(pad.sum()), gateup.shape[-1], generator=gen) * 4096.0
+    gateup[pad] = values.to(torch.bfloat16).to(gateup.device)
+    return dataclasses.replace(inputs, gateup=gateup, masked_m=inputs.masked_m.clone())

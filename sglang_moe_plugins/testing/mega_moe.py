@@ -1,0 +1,42 @@
+"""Temporary shim: the adapter and tolerance of ``mega_moe`` live in :mod:`.ops.mega_moe`, its cases and
+inputs in :mod:`.ops.mega_moe_cases`."""
+
+from __future__ import annotations
+
+from .ops.mega_moe import (
+    MEGA_TOLERANCE,
+    MegaMoEConformance,
+    MegaTolerance,
+    compare_rows,
+    compare_with_reference,
+    find_unwritten_rows,
+)
+from .ops.mega_moe_cases import (
+    DECODE_TOKENS,
+    MANY_TOKENS,
+    PREFILL_TOKENS,
+    ROUTINGS,
+    MegaProblem,
+    make_problem,
+    megamoe_capable,
+    weight_budget,
+)
+from .ops.mega_moe_cases import parse_batch as _parse_batch
+from .ops.mega_moe_cases import route as _route
+
+__all__ = [
+    "MegaMoEConformance",
+    "MegaProblem",
+    "make_problem",
+    "ROUTINGS",
+    "DECODE_TOKENS",
+    "PREFILL_TOKENS",
+    "MANY_TOKENS",
+    "compare_rows",
+    "MegaTolerance",
+    "MEGA_TOLERANCE",
+    "megamoe_capable",
+    "weight_budget",
+    "find_unwritten_rows",
+    "compare_with_reference",
+]
