@@ -46,8 +46,10 @@ SMALL = dict(seed=0, models=("Qwen3-30B-A3B",), eps=(1, 8), max_catalog_runs=2, 
 
 
 def test_tests_numerics_reexports_the_package_policy():
-    for name in ("fp64_expected", "check_against_fp64", "poison", "POISON_FP8"):
-        assert getattr(numerics, name) is getattr(tolerance, name)
+    from sglang_moe_plugins.testing import case
+
+    for module, name in ((tolerance, "fp64_expected"), (tolerance, "check_against_fp64"), (case, "poison"), (case, "POISON_FP8")):
+        assert getattr(numerics, name) is getattr(module, name)
 
 
 def _reference_outputs(seed=0, layout="column_major", limit=None, keep_fp32=False):
