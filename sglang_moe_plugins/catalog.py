@@ -12,7 +12,8 @@ from typing import Any
 
 from .errors import InvalidArgumentError
 from .hardware import Platform
-from .ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantShape, host_scale_layout
+from .integrations.sglang.silu_mul_quant import host_scale_layout
+from .ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantShape
 
 __all__ = [
     "ModelSpec",

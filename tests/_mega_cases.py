@@ -11,8 +11,8 @@ from typing import Any
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
 from sglang_moe_plugins.plugins.deep_gemm.api import DeepGemmApi
-from sglang_moe_plugins.testing.mega_moe import MegaProblem
-from sglang_moe_plugins.testing.mega_moe import make_problem as _make_problem
+from sglang_moe_plugins.testing.ops.mega_moe_cases import MegaProblem
+from sglang_moe_plugins.testing.ops.mega_moe_cases import make_problem as _make_problem
 
 CATALOG = pathlib.Path(__file__).resolve().parents[1] / "sglang_moe_plugins" / "data" / "moe_models.json"
 
@@ -58,7 +58,7 @@ Problem = MegaProblem
 
 
 def make_problem(variant: str, **kwargs: Any) -> Problem:
-    """:func:`sglang_moe_plugins.testing.mega_moe.make_problem`."""
+    """:func:`sglang_moe_plugins.testing.ops.mega_moe_cases.make_problem`."""
     return _make_problem(variant, **kwargs)
 
 

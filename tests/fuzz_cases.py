@@ -144,7 +144,8 @@ def check_smq_case(plugin, case: dict, device: torch.device, stats, worst: dict,
     tolerance policy of an fp64 computation. Tallies go to ``stats`` (a Counter) and ``worst``."""
     from sglang_moe_plugins import Registry, Selector
     from sglang_moe_plugins.config import parse_config
-    from sglang_moe_plugins.testing.tolerance import EXACT, compare_with_fp64, poison, tolerance_for
+    from sglang_moe_plugins.testing.case import poison
+    from sglang_moe_plugins.testing.ops.silu_mul_quant import EXACT, compare_with_fp64, tolerance_for
 
     gen = torch.Generator().manual_seed(case["seed"])
     gateup = make_gateup(case, gen)

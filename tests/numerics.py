@@ -1,11 +1,12 @@
 """The tolerance policy for silu_mul_quant: re-exported from the package, its single source.
 
-See ``sglang_moe_plugins.testing.tolerance`` for the policy and its derivation.
+See ``sglang_moe_plugins.testing.ops.silu_mul_quant`` for the policy and its derivation.
 """
 
 import torch
 
-from sglang_moe_plugins.testing.tolerance import POISON_FP8, check_against_fp64, fp64_expected, poison
+from sglang_moe_plugins.testing.case import POISON_FP8, poison
+from sglang_moe_plugins.testing.ops.silu_mul_quant import check_against_fp64, fp64_expected
 
 __all__ = ["fp64_expected", "check_against_fp64", "poison", "POISON_FP8", "fast_exp_silu_mul"]
 

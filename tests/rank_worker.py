@@ -70,7 +70,7 @@ def run(args, device, dist) -> dict:
     from sglang_moe_plugins.config import parse_config
     from sglang_moe_plugins.ops import silu_mul_quant as smq
     from sglang_moe_plugins.plugins.reference import ReferencePlugin, silu_mul_quant_reference
-    from sglang_moe_plugins.testing.tolerance import compare_with_fp64, tolerance_for
+    from sglang_moe_plugins.testing.ops.silu_mul_quant import compare_with_fp64, tolerance_for
 
     if args.no_sglang:
         # The selector api.silu_mul_quant would use; built-in plugins from pyproject.toml when the package

@@ -31,11 +31,11 @@ from sglang_moe_plugins.testing import (
     conformance_for,
     load_plugin,
     run_conformance,
-    tolerance,
     tolerance_for,
 )
 from sglang_moe_plugins.testing.report import FAILED, NOT_EXERCISED, PASSED
-from sglang_moe_plugins.testing.silu_mul_quant import MASKED_PATTERNS, masked_pattern
+from sglang_moe_plugins.testing.ops import silu_mul_quant as tolerance
+from sglang_moe_plugins.testing.ops.silu_mul_quant_cases import MASKED_PATTERNS, masked_pattern
 
 HERE = os.path.dirname(__file__)
 BROKEN = os.path.join(HERE, "broken_plugins.py")
@@ -46,8 +46,10 @@ SMALL = dict(seed=0, models=("Qwen3-30B-A3B",), eps=(1, 8), max_catalog_runs=2, 
 
 
 def test_tests_numerics_reexports_the_package_policy():
-    for name in ("fp64_expected", "check_against_fp64", "poison", "POISON_FP8"):
-        assert getattr(numerics, name) is getattr(tolerance, name)
+    from sglang_moe_plugins.testing import case
+
+    for module, name in ((tolerance, "fp64_expected"), (tolerance, "check_against_fp64"), (case, "poison"), (case, "POISON_FP8")):
+        assert getattr(numerics, name) is getattr(module, name)
 
 
 def _reference_outputs(seed=0, layout="column_major", limit=None, keep_fp32=False):
@@ -55,7 +57,7 @@ def _reference_outputs(seed=0, layout="column_major", limit=None, keep_fp32=Fals
     shape = smq.SiluMulQuantShape(3, 6, 384, 128, 2)
     config = smq.SiluMulQuantConfig(Platform.cpu(), swiglu_limit=limit, scale_layout=layout, keep_fp32=keep_fp32)
     masked = masked_pattern("ragged", 3, 6, 2, gen)
-    from sglang_moe_plugins.testing.silu_mul_quant import make_gateup
+    from sglang_moe_plugins.testing.ops.silu_mul_quant_cases import make_gateup
 
     inputs = smq.SiluMulQuantInputs(make_gateup(shape, masked, gen), masked)
     outputs = smq.allocate_outputs(shape, config, torch.device("cpu"))

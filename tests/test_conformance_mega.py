@@ -17,7 +17,8 @@ import torch
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
 from sglang_moe_plugins.testing import SuiteOptions, conformance_for, run_conformance
-from sglang_moe_plugins.testing.mega_moe import MEGA_TOLERANCE, ROUTINGS, compare_with_reference, make_problem
+from sglang_moe_plugins.testing.ops.mega_moe import MEGA_TOLERANCE, compare_with_reference
+from sglang_moe_plugins.testing.ops.mega_moe_cases import ROUTINGS, make_problem
 from sglang_moe_plugins.testing.report import FAILED, PASSED
 
 HERE = os.path.dirname(__file__)

@@ -76,13 +76,13 @@ def test_legal_controls_pass(cls, options):
 def test_default_cases_have_more_real_rows_than_any_common_tile():
     from sglang_moe_plugins.hardware import Platform
     from sglang_moe_plugins.testing import conformance_for
-    from sglang_moe_plugins.testing.mega_moe import _parse_batch
+    from sglang_moe_plugins.testing.ops.mega_moe_cases import parse_batch
 
     options = SuiteOptions(seed=0)
     smq = [c for c in conformance_for("silu_mul_quant").cases(options, Platform.cpu(), 0) if c.execute and c.origin == "edge"]
     assert any(c.shape.max_rows >= 257 and c.masked_m in ("ragged", "full") for c in smq)
     mega = [c for c in conformance_for("mega_moe").cases(options, Platform.cpu(), 0) if c.execute and c.origin == "edge"]
-    assert any(_parse_batch(c.masked_m)[0] >= 257 for c in mega)
+    assert any(parse_batch(c.masked_m)[0] >= 257 for c in mega)
 
 
 def test_an_ep_claim_the_kit_cannot_run_is_incomplete_not_passed():

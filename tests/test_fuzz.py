@@ -5,7 +5,7 @@ and any installed third-party CPU plugin), forced (no fallback can hide a failur
 group size, topk, swiglu_limit (also limits not exact in bf16), swizzle, scale layout, keep_fp32,
 value distributions across many binades, and routings (``masked_m`` counts, including counts outside
 [0, N], which the op clamps). Outputs are poisoned first; padding rows of the input hold NaN. Checked
-with the package's tolerance policy (``sglang_moe_plugins.testing.tolerance``: an fp64 computation
+with the package's tolerance policy (``sglang_moe_plugins.testing.ops.silu_mul_quant``: an fp64 computation
 written independently of the plugins) plus an independent check of which rows must be written.
 
 ``mega_moe``: ``mega_reference`` over random variants, sizes, routings (``topk_ids`` with masked slots),
@@ -52,7 +52,7 @@ from sglang_moe_plugins import Registry, Selector, UserConfig
 from sglang_moe_plugins.config import parse_config
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import silu_mul_quant as smq
-from sglang_moe_plugins.testing.tolerance import STRICT, compare_with_fp64
+from sglang_moe_plugins.testing.ops.silu_mul_quant import STRICT, compare_with_fp64
 
 STATS: Counter = Counter()
 WORST: dict[str, float] = {}
@@ -195,7 +195,7 @@ def test_the_gpu_fuzz_finding_is_a_fast_exp_and_within_the_policy():
     from numerics import fast_exp_silu_mul
 
     from sglang_moe_plugins.quant import quantize_fp8_groups
-    from sglang_moe_plugins.testing.tolerance import EXACT
+    from sglang_moe_plugins.testing.ops.silu_mul_quant import EXACT
 
     case = dict(e=6, n=8, d=1072, group=16, topk=1, limit=None, swizzle=True, layout="row_major", keep_fp32=True,
                 routing="random", values="element_binades", seed=8)

@@ -63,7 +63,8 @@ DRIVER = textwrap.dedent(
     from sglang_moe_plugins.registry import Registry
     from sglang_moe_plugins.selection import Selector
     from sglang_moe_plugins.testing import SuiteOptions, run_conformance
-    from sglang_moe_plugins.testing.mega_moe import compare_with_reference, make_problem
+    from sglang_moe_plugins.testing.ops.mega_moe import compare_with_reference
+    from sglang_moe_plugins.testing.ops.mega_moe_cases import make_problem
 
     problem = make_problem("sm90_fp8", seed=3, tokens=7, experts=4, hidden=256, inter=256, top_k=2)
     selector = Selector(Registry.from_plugins([TorchMegaPlugin(), MegaReferencePlugin()]))

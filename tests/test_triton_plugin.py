@@ -375,7 +375,7 @@ from sglang_moe_plugins.plugins.triton_smq import launch as K
 from sglang_moe_plugins.plugins.triton_smq.plugin import TritonPlugin
 from sglang_moe_plugins.plugins.triton_smq.tuning import choose_config
 from sglang_moe_plugins.quant import round_to_bf16
-from sglang_moe_plugins.testing.tolerance import poison
+from sglang_moe_plugins.testing.case import poison
 
 plans = []
 real_plan = K.plan_launch

@@ -113,7 +113,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Run the suite as ``args`` say; print; return the exit status."""
     from ..errors import MoEPluginsError
     from ..testing.report import FAILED, INCOMPLETE, PASSED
-    from ..testing.suite import SuiteOptions, run_conformance
+    from ..testing.case import SuiteOptions
+    from ..testing.suite import run_conformance
 
     overrides: dict[str, Any] = {"device": args.device, "supports_budget_us": args.supports_budget_us,
                                  "supports_limit_us": args.supports_limit_ms * 1e3}

@@ -51,3 +51,7 @@ class OpSpec:
     #: plugin may then overwrite. A plugin that fails after it may have written one is never followed
     #: by another plugin on the same call (docs/reliability.md).
     writable_inputs: tuple[tuple[str, str], ...] = ()
+    #: ``"module:attr"`` of the conformance kit's adapter factory of the op (called with no arguments; an
+    #: :class:`~sglang_moe_plugins.testing.OpConformance`), imported only when the suite runs. None: the
+    #: suite looks for ``conformance`` or ``cases_for_model`` in the op module.
+    conformance: str | None = None

@@ -55,7 +55,6 @@ __all__ = [
     "SiluMulQuantInputs",
     "SiluMulQuantOutputs",
     "describe",
-    "host_scale_layout",
     "allocate_outputs",
     "output_allocator",
     "validate_outputs",
@@ -322,14 +321,6 @@ def dequantize(outputs: SiluMulQuantOutputs, shape: SiluMulQuantShape, config: S
 
 SPEC = OpSpec(name=OP, allocate_outputs=allocate_outputs, validate_outputs=validate_outputs, output_allocator=output_allocator,
               shape_type=SiluMulQuantShape, output_type=SiluMulQuantOutputs,
-              writable_inputs=(("gateup", "gateup_writable"),))
+              writable_inputs=(("gateup", "gateup_writable"),),
+              conformance="sglang_moe_plugins.testing.ops.silu_mul_quant:SiluMulQuantConformance")
 
-
-def __getattr__(name: str) -> object:
-    """``host_scale_layout`` (SGLang's scale-layout rule) lives in ``integrations.sglang.silu_mul_quant``;
-    re-exported here, on first use, for ``catalog``."""
-    if name == "host_scale_layout":
-        from ..integrations.sglang.silu_mul_quant import host_scale_layout
-
-        return host_scale_layout
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,11 +18,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve lazily
-    from .adapters import OpConformance, SuiteCase, conformance_for
+    from .case import OpConformance, SuiteCase, SuiteOptions, poison
     from .loading import LoadedPlugin, PluginLoadError, load_plugin
-    from .report import CHECKS, INCOMPLETE, CaseFailure, CaseResult, CheckResult, ConformanceFailure, ConformanceReport
-    from .suite import SuiteOptions, run_conformance
-    from .tolerance import (
+    from .ops.silu_mul_quant import (
         BF16_INTERMEDIATES,
         EXACT,
         STRICT,
@@ -33,9 +31,10 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve l
         compare_with_fp64,
         find_unwritten,
         fp64_expected,
-        poison,
         tolerance_for,
     )
+    from .report import CHECKS, INCOMPLETE, CaseFailure, CaseResult, CheckResult, ConformanceFailure, ConformanceReport
+    from .suite import conformance_for, run_conformance
 
 __all__ = [
     "run_conformance",
@@ -70,14 +69,14 @@ __all__ = [
 
 #: Public name -> the submodule that defines it (loaded on first access).
 _LAZY = {
-    **dict.fromkeys(("OpConformance", "SuiteCase", "conformance_for"), "adapters"),
+    **dict.fromkeys(("OpConformance", "SuiteCase", "SuiteOptions", "poison"), "case"),
     **dict.fromkeys(("LoadedPlugin", "PluginLoadError", "load_plugin"), "loading"),
     **dict.fromkeys(("CHECKS", "INCOMPLETE", "CaseFailure", "CaseResult", "CheckResult", "ConformanceFailure",
                      "ConformanceReport"), "report"),
-    **dict.fromkeys(("SuiteOptions", "run_conformance"), "suite"),
+    **dict.fromkeys(("conformance_for", "run_conformance"), "suite"),
     **dict.fromkeys(("BF16_INTERMEDIATES", "EXACT", "STRICT", "NumericsResult", "Tolerance", "ToleranceError",
-                     "check_against_fp64", "compare_with_fp64", "find_unwritten", "fp64_expected", "poison",
-                     "tolerance_for"), "tolerance"),
+                     "check_against_fp64", "compare_with_fp64", "find_unwritten", "fp64_expected",
+                     "tolerance_for"), "ops.silu_mul_quant"),
 }
 
 

@@ -23,8 +23,9 @@ def run_rank(job: dict[str, Any], rank: int) -> dict[str, Any]:
     from ..ops import mega_moe_numerics as nm
     from .execute import error_text
     from .loading import load_plugin
-    from .mega_moe import compare_rows, find_unwritten_rows, make_problem
-    from .tolerance import poison
+    from .case import poison
+    from .ops.mega_moe import compare_rows, find_unwritten_rows
+    from .ops.mega_moe_cases import make_problem
 
     world, tokens = int(job["world"]), [int(t) for t in job["tokens"]]
     dist.init_process_group("gloo", init_method=f"file://{job['rendezvous']}", rank=rank, world_size=world,

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from ..errors import MoEPluginsError
-from .adapters import OpConformance, SuiteCase
+from .case import OpConformance, SuiteCase
 from .report import CHECKS, FAILED, PASSED, SKIPPED, CaseFailure, CheckResult
 
 __all__ = ["Checks", "execute_case", "fresh_case", "is_deterministic", "describe", "error_text", "short", "copy_value"]

@@ -16,7 +16,6 @@ is marked "claims EP > 1; not exercised": the report is INCOMPLETE and ``check``
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -27,13 +26,14 @@ from typing import Any, Sequence
 import torch
 
 from ..hardware import Platform
-from .adapters import SuiteCase
+from ..log import get_logger
+from .case import SuiteCase
 from .execute import Checks, error_text, short
 from .loading import LoadedPlugin
 
 __all__ = ["EP_RANKS", "EP_TOKENS", "EP_TIMEOUT_S", "NOT_EXERCISED_NOTE", "check_expert_parallel", "ep_problem"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 EP_RANKS = 2
 #: Tokens of rank 0 and rank 1 (different, as ranks' batches are).

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import logging
 from typing import Any
 
+from ..log import get_logger
 from ..registry import ENTRY_POINT_GROUP
 
 try:
@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover
 
 __all__ = ["DISTRIBUTION", "builtin_plugins", "check_name"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: The distribution whose entry points are the built-in plugins.
 DISTRIBUTION = "sglang-moe-plugins"

@@ -71,7 +71,8 @@ def _freeze(value: Any) -> Any:
 def _run(target: Any, options: dict[str, Any]) -> Any:
     import dataclasses
 
-    from .suite import SuiteOptions, run_conformance
+    from .case import SuiteOptions
+    from .suite import run_conformance
 
     valid = [f.name for f in dataclasses.fields(SuiteOptions)]
     unknown = [k for k in options if k not in valid]

@@ -1,28 +1,39 @@
 """The conformance suite: draw cases, ask ``supports``, run what it accepts, check everything, report.
 
-Op-agnostic: the op's adapter (:mod:`.adapters`) supplies cases, inputs and output checks.
+Op-agnostic: the op's adapter (:class:`~.case.OpConformance`, found by :func:`conformance_for` through the
+op's spec) supplies cases, inputs and output checks.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
+import importlib
 import random
 import statistics
 import time
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
-from ..catalog import DEFAULT_ROWS
 from ..contract import Support
 from ..errors import InvalidArgumentError, MoEPluginsError
 from ..hardware import Platform, platform_of
+from ..log import get_logger
 from ..ops import OPS
 from ..registry import validate_plugin
-from .adapters import FULL, NONE, OpConformance, SuiteCase, conformance_for
+from .case import (
+    DEFAULT_CPU_CATALOG_RUNS,
+    DEFAULT_CPU_MAX_ELEMENTS,
+    DEFAULT_CUDA_MAX_ELEMENTS,
+    FULL,
+    NONE,
+    SUPPORTS_ONLY,
+    OpConformance,
+    SuiteCase,
+    SuiteOptions,
+    catalog_models,
+)
 from .loading import LoadedPlugin, load_plugin
 from .execute import Checks as _Checks
 from .execute import copy_value as _copy
@@ -35,15 +46,10 @@ from .supports_cost import ask, ask_all
 from .report import FAILED, PASSED, CaseFailure, CaseResult, ConformanceReport
 
 __all__ = ["SuiteOptions", "run_conformance", "ProgressCallback", "EstimateCallback", "ESTIMATE_THRESHOLD_S",
-           "DEFAULT_CPU_MAX_ELEMENTS", "DEFAULT_CUDA_MAX_ELEMENTS", "DEFAULT_CPU_CATALOG_RUNS"]
+           "DEFAULT_CPU_MAX_ELEMENTS", "DEFAULT_CUDA_MAX_ELEMENTS", "DEFAULT_CPU_CATALOG_RUNS", "conformance_for",
+           "SupportsOnlyConformance"]
 
-logger = logging.getLogger(__name__)
-
-#: Per-case size budget (input elements, E * N * 2D for silu_mul_quant) on CPU and on CUDA.
-DEFAULT_CPU_MAX_ELEMENTS = 1 << 20
-DEFAULT_CUDA_MAX_ELEMENTS = 1 << 27
-#: Catalog cases run on CPU (the rest are supports()-checked only); all run on CUDA.
-DEFAULT_CPU_CATALOG_RUNS = 24
+logger = get_logger(__name__)
 
 #: ``progress(done, total, label)``, called before each case and once at the end (label "").
 ProgressCallback = Callable[[int, int, str], None]
@@ -53,77 +59,54 @@ EstimateCallback = Callable[[float, int], None]
 ESTIMATE_THRESHOLD_S = 30.0
 
 
-@dataclass(frozen=True)
-class SuiteOptions:
-    """What the suite draws and where it runs. Every field has a sensible default."""
+class SupportsOnlyConformance:
+    """Cases from an op module's ``cases_for_model``; nothing is run (no inputs, no tolerance policy)."""
 
-    #: Seed of the random cases and inputs; None draws one (it is in the report: rerun with it).
-    seed: int | None = None
-    #: Number of property-based random cases.
-    random_cases: int = 24
-    #: Draw the embedded catalog's models.
-    catalog: bool = True
-    #: Restrict the catalog to these models (ids or short names); None: every model.
-    models: tuple[str, ...] | None = None
-    #: Expert-parallel sizes of the catalog cases.
-    eps: tuple[int, ...] = (1, 2, 4, 8)
-    #: Padded rows per expert (N) of the catalog cases: decode-size and prefill-size.
-    rows: tuple[int, ...] = DEFAULT_ROWS
-    #: Draw the curated edge cases.
-    edge_cases: bool = True
-    #: "auto" (CUDA when available, else CPU), "cpu", "cuda" or "cuda:N".
-    device: str = "auto"
-    #: Largest case run as drawn (input elements); larger catalog cases also run at a reduced N.
-    #: None: 2**21 on CPU, 2**27 on CUDA.
-    max_elements: int | None = None
-    #: supports() must take less than this per call (median), in microseconds.
-    supports_budget_us: float = 1000.0
-    #: No single supports() call may take longer than this (microseconds; the first call of the run, which
-    #: may pay one-time imports, is exempt). A slower call fails ``supports_cheap`` at once and the
-    #: remaining cases are not asked, so a costly supports() fails fast.
-    supports_limit_us: float = 50_000.0
-    #: Run at most this many of the accepted catalog cases, spread over the models (the others are
-    #: supports()-checked only). None: 24 on CPU (or the op adapter's ``max_cpu_catalog_runs``), all on
-    #: CUDA. Edge and random cases always run.
-    max_catalog_runs: int | None = None
+    coverage = SUPPORTS_ONLY
 
-    def __post_init__(self) -> None:
-        def bad(field: str, allowed: str) -> InvalidArgumentError:
-            return InvalidArgumentError("conformance suite", field, getattr(self, field), allowed)
+    def __init__(self, op: str, cases_for_model: Any):
+        self.op = op
+        self._cases_for_model = cases_for_model
+        self.note = (
+            f"ops.{op} offers shapes (cases_for_model) but no input generator or tolerance policy "
+            "(a 'conformance' object): supports() is checked, run() is not exercised by the suite yet"
+        )
 
-        def positive_int(value: Any) -> bool:
-            return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    def cases(self, options: SuiteOptions, platform: Platform, seed: int) -> Sequence[SuiteCase]:
+        from ..catalog import load_catalog
 
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise bad("seed", "None or an int")
-        if isinstance(self.random_cases, bool) or not isinstance(self.random_cases, int) or self.random_cases < 0:
-            raise bad("random_cases", "an int >= 0")
-        for field in ("eps", "rows"):
-            values = getattr(self, field)
-            if not isinstance(values, tuple) or not all(positive_int(v) for v in values):
-                raise bad(field, "a tuple of ints >= 1")
-        if self.models is not None and (not isinstance(self.models, tuple) or not all(isinstance(m, str) for m in self.models)):
-            raise bad("models", "None or a tuple of model names")
-        for field in ("max_elements", "max_catalog_runs"):
-            value = getattr(self, field)
-            if value is not None and not (positive_int(value) or (field == "max_catalog_runs" and value == 0)):
-                raise bad(field, "None or a positive int")
-        for field in ("supports_budget_us", "supports_limit_us"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise bad(field, "a number > 0")
-        if not isinstance(self.device, str):
-            raise bad("device", '"auto", "cpu", "cuda" or "cuda:N"')
+        cases = []
+        for model in catalog_models(options, load_catalog()):
+            for ep in options.eps:
+                if model.experts % ep:
+                    continue
+                for label, shape, config in self._cases_for_model(model, ep=ep, platform=platform):
+                    cases.append(SuiteCase(label, "catalog", shape, config, seed=seed, execute=False, note=self.note))
+        return cases
 
-    def resolved_max_elements(self, platform: Platform) -> int:
-        if self.max_elements is not None:
-            return self.max_elements
-        return DEFAULT_CUDA_MAX_ELEMENTS if platform.is_cuda else DEFAULT_CPU_MAX_ELEMENTS
 
-    def resolved_max_catalog_runs(self, platform: Platform) -> int | None:
-        if self.max_catalog_runs is not None:
-            return self.max_catalog_runs
-        return None if platform.is_cuda else DEFAULT_CPU_CATALOG_RUNS
+def conformance_for(op: str) -> OpConformance | None:
+    """The adapter of ``op``, or None when the suite does not cover the op yet.
+
+    The op's spec names its adapter factory (``OpSpec.conformance``, ``"module:attr"``, imported here on
+    first use). Without one, the op module's ``conformance`` object or ``cases_for_model`` builder.
+    """
+    spec = OPS.get(op)
+    factory = getattr(spec, "conformance", None)
+    if factory:
+        module, _, attr = factory.partition(":")
+        return getattr(importlib.import_module(module), attr)()
+    try:
+        module = importlib.import_module(f"sglang_moe_plugins.ops.{op}")
+    except ImportError:
+        return None
+    adapter = getattr(module, "conformance", None)
+    if adapter is not None:
+        return adapter
+    builder = getattr(module, "cases_for_model", None)
+    if callable(builder):
+        return SupportsOnlyConformance(op, builder)
+    return None
 
 
 def _resolve_device(spec: str) -> torch.device:

@@ -9,7 +9,8 @@ import torch
 
 from sglang_moe_plugins.ops import mega_moe as mm
 from sglang_moe_plugins.testing import load_plugin, run_conformance
-from sglang_moe_plugins.testing.mega_moe import compare_with_reference, make_problem
+from sglang_moe_plugins.testing.ops.mega_moe import compare_with_reference
+from sglang_moe_plugins.testing.ops.mega_moe_cases import make_problem
 
 # Loaded by path, as `sglang-moe-plugins check path.py:Class` does: the module next to these tests, whichever
 # copy of the package is installed (a new entry point is visible only once the package is reinstalled).

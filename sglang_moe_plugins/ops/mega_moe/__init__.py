@@ -355,4 +355,5 @@ def validate_outputs(outputs: MegaMoEOutputs, shape: MegaMoEShape, config: MegaM
 
 
 SPEC = OpSpec(name=OP, allocate_outputs=allocate_outputs, validate_outputs=validate_outputs, collective=True,
-              shape_type=MegaMoEShape, output_type=MegaMoEOutputs)
+              shape_type=MegaMoEShape, output_type=MegaMoEOutputs,
+              conformance="sglang_moe_plugins.testing.ops.mega_moe:MegaMoEConformance")

@@ -1,0 +1,319 @@
+"""Conformance cases and inputs of op ``mega_moe`` (MegaMoE routed experts, ``y [T, hidden]`` out).
+
+Cases, each labelled with where it came from, for every variant (``fp8xfp4``, ``mxf4xmxf4``,
+``sm90_fp8``):
+
+- **catalog**: every model of the embedded catalog the op can express for the variant
+  (:func:`megamoe_capable`: not gpt-oss, whose activation the op does not model; hidden and
+  intermediate multiples of 128, the row tile of DeepGEMM's weight-scale layouts), at EP 1/2/4/8, at
+  its real size (experts, hidden, intermediate, top-k, fused shared expert for ``fp8xfp4`` as SGLang
+  fuses it): ``supports()`` is asked about each. The token count is not part of the shape, so those
+  cases run nothing. For EP 1 the suite also runs the model's hidden/intermediate at a decode-like
+  and a prefill-like token count (:data:`DECODE_TOKENS`, :data:`PREFILL_TOKENS`), with the experts
+  scaled down to the weight-size budget (:func:`weight_budget`; labelled ``run at E=..``). Under
+  expert parallelism the kernel is collective over ranks: a plugin that accepts ``ep_size > 1`` is run
+  over gloo ranks by :mod:`sglang_moe_plugins.testing.expert_parallel`. On CPU only
+  :data:`MAX_CPU_CATALOG_RUNS` of them run.
+- **edge**: zero tokens (``y`` keeps one row; nothing to write), one token, unused experts, one hot
+  expert, every slot masked (``-1``: the row must still be written, with zeros), top-k 1, no clamp
+  with a routed scaling factor, a fused shared expert (``fp8xfp4``), :data:`MANY_TOKENS` tokens (past
+  every common row tile).
+- **random**: property-based draws (``SuiteOptions.random_cases``) of variant, experts, hidden,
+  intermediate, top-k, tokens (0 included), clamp, routed scaling factor, shared expert and routing
+  pattern (:data:`ROUTINGS`), seeded from the printed suite seed.
+
+Inputs and weights are built as the tests build them (:func:`make_problem`: random bf16 tokens, fp32
+weights encoded into the host's DeepGEMM layouts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass
+
+import torch
+
+from ...catalog import ModelSpec, load_catalog
+from ...errors import InvalidArgumentError
+from ...hardware import Platform
+from ...ops import mega_moe as mm
+from ...ops import mega_moe_numerics as nm
+from ..case import SuiteCase, SuiteOptions, catalog_models
+
+__all__ = [
+    "MegaProblem",
+    "make_problem",
+    "route",
+    "ROUTINGS",
+    "DECODE_TOKENS",
+    "PREFILL_TOKENS",
+    "MANY_TOKENS",
+    "DEFAULT_CPU_WEIGHT_BUDGET",
+    "DEFAULT_CUDA_WEIGHT_BUDGET",
+    "MAX_CPU_CATALOG_RUNS",
+    "megamoe_capable",
+    "weight_budget",
+    "parse_batch",
+    "draw_cases",
+    "make_inputs",
+]
+
+#: How tokens are routed: ``random`` (the tests' default: any expert, repeats allowed, one masked
+#: slot), ``distinct`` (distinct experts per token, some slots masked), ``unused`` (only the first
+#: half of the experts receive tokens), ``hot`` (every token to expert 0, other slots masked),
+#: ``masked`` (every slot -1: rows of zeros).
+ROUTINGS = ("random", "distinct", "unused", "hot", "masked")
+#: Token counts of the decode-like and prefill-like catalog runs.
+DECODE_TOKENS = 3
+PREFILL_TOKENS = 32
+#: Tokens of the edge case past every common row tile (64, 128, 256).
+MANY_TOKENS = 272
+#: Weight elements (local experts x 3 x intermediate x hidden) a run case may hold, CPU / CUDA.
+DEFAULT_CPU_WEIGHT_BUDGET = 1 << 23
+DEFAULT_CUDA_WEIGHT_BUDGET = 1 << 25  # inputs are built on the CPU, then moved
+_CATALOG_TOKENS_CAP = mm.DEFAULT_MAX_TOKENS_PER_RANK
+_SMALL_TOKENS_CAP = 64
+#: Catalog cases run on CPU when ``SuiteOptions.max_catalog_runs`` is None (each runs real
+#: hidden/intermediate sizes through a pure-torch reference: seconds each).
+MAX_CPU_CATALOG_RUNS = 3
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class MegaProblem:
+    """A random MegaMoE call in the host's weight layouts, with the dequantized weights (fp32)."""
+
+    inputs: mm.MegaMoEInputs
+    shape: mm.MegaMoEShape
+    config: mm.MegaMoEConfig
+    w1: torch.Tensor  # dequantized [E, 2I, H], rows [gate; up]
+    w2: torch.Tensor  # dequantized [E, H, I]
+    s1: torch.Tensor | None = None  # shared expert, dequantized [2Is, H]
+    s2: torch.Tensor | None = None
+
+
+def route(routing: str, ids: torch.Tensor, experts: int, seed: int) -> torch.Tensor:
+    """``ids`` re-drawn for ``routing`` (``random`` keeps them), from a generator of its own."""
+    if routing not in ROUTINGS:
+        raise InvalidArgumentError("conformance", "routing", routing, f"one of {ROUTINGS}")
+    if routing == "random" or ids.numel() == 0:
+        return ids
+    tokens, top_k = ids.shape
+    gen = torch.Generator().manual_seed((seed * 2_654_435_761 + 97) % (1 << 62))
+    out = torch.full_like(ids, -1)
+    if routing == "masked":
+        return out
+    if routing == "hot":
+        out[:, 0] = 0
+        return out
+    pool = experts if routing == "distinct" else max(1, experts // 2)
+    for t in range(tokens):
+        chosen = torch.randperm(pool, generator=gen)[: min(top_k, pool)]
+        out[t, : chosen.numel()] = chosen
+    if routing == "distinct" and tokens > 1 and top_k > 1:
+        drop = torch.rand(tokens, top_k, generator=gen) < 0.1
+        out[drop] = -1
+    return out
+
+
+def make_problem(
+    variant: str,
+    *,
+    experts: int = 4,
+    hidden: int = 512,
+    inter: int = 512,
+    tokens: int = 12,
+    top_k: int = 3,
+    clamp: float | None = 10.0,
+    rsf: float = 1.0,
+    shared: bool = False,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    routing: str = "random",
+    max_tokens_per_rank: int = _SMALL_TOKENS_CAP,
+) -> MegaProblem:
+    """A seeded random call: bf16 tokens, fp32 weights encoded as the host builds them (CPU, then moved)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(tokens, hidden, generator=gen) * 2.0).to(torch.bfloat16)
+    w1f = torch.randn(experts, 2 * inter, hidden, generator=gen) * 0.08
+    w2f = torch.randn(experts, hidden, inter, generator=gen) * 0.08
+    ids = torch.randint(0, experts, (tokens, top_k), generator=gen, dtype=torch.int64)
+    if tokens > 2:
+        ids[1, 0] = -1  # a masked slot
+    weights = torch.rand(tokens, top_k, generator=gen)
+    ids = route(routing, ids, experts, seed)
+    if variant == "sm90_fp8":
+        d1, sf1, w1 = nm.encode_fp8_block_weights(w1f, "gran8")
+        d2, sf2, w2 = nm.encode_fp8_block_weights(w2f, None)
+    else:
+        mode = "gran16_packed" if variant == "mxf4xmxf4" else "gran8"
+        d1, sf1, w1 = nm.encode_fp4_weights(w1f, mode)
+        d2, sf2, w2 = nm.encode_fp4_weights(w2f, None)
+    s1 = s2 = None
+    shared_l1 = shared_l2 = None
+    if shared:
+        s1f = torch.randn(2 * inter, hidden, generator=gen) * 0.08
+        s2f = torch.randn(hidden, inter, generator=gen) * 0.08
+        sd1, ssf1, s1 = nm.encode_fp8_shared_weights(s1f, "gran8")
+        sd2, ssf2, s2 = nm.encode_fp8_shared_weights(s2f, None)
+        shared_l1, shared_l2 = (sd1.to(device), ssf1.to(device)), (sd2.to(device), ssf2.to(device))
+
+    def to(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device)
+
+    shape, config = mm.describe(
+        to(x), to(ids), to(weights),
+        l1_weights=(to(d1), to(sf1)), l2_weights=(to(d2), to(sf2)),
+        variant=variant, num_experts=experts, hidden_size=hidden, intermediate_size=inter, top_k=top_k,
+        activation_clamp=clamp, routed_scaling_factor=rsf,
+        num_shared_experts=1 if shared else 0, shared_l1_weights=shared_l1, shared_l2_weights=shared_l2,
+        max_tokens_per_rank=max_tokens_per_rank,
+    )
+    inputs = mm.MegaMoEInputs(
+        hidden_states=to(x), topk_ids=to(ids), topk_weights=to(weights),
+        l1_weights=(to(d1), to(sf1)), l2_weights=(to(d2), to(sf2)),
+        shared_l1_weights=shared_l1, shared_l2_weights=shared_l2,
+    )
+    return MegaProblem(inputs, shape, config, w1, w2, s1, s2)
+
+
+# -- cases ----------------------------------------------------------------------------------------
+
+
+def _weight_format(variant: str) -> mm.WeightFormat:
+    return "fp8_e4m3_block128" if variant == "sm90_fp8" else "fp4_e2m1_ue8m0_g32"
+
+
+def megamoe_capable(model: ModelSpec, variant: str) -> bool:
+    """The op can express the model's layer in ``variant`` (what a plugin then supports is its call)."""
+    if model.gpt_oss_activation or variant not in mm.VARIANTS:
+        return False
+    return model.hidden % 128 == 0 and model.inter % 128 == 0
+
+
+def weight_budget(options: SuiteOptions, platform: Platform) -> int:
+    """Weight elements a run case may hold: ``options.max_elements`` when given, else 2**23 (CPU) / 2**25 (CUDA)."""
+    if options.max_elements is not None:
+        return options.max_elements
+    return DEFAULT_CUDA_WEIGHT_BUDGET if platform.is_cuda else DEFAULT_CPU_WEIGHT_BUDGET
+
+
+def _batch(tokens: int, routing: str) -> str:
+    return f"T={tokens} {routing}"
+
+
+def parse_batch(text: str) -> tuple[int, str]:
+    """(tokens, routing) of a case's batch label (``SuiteCase.masked_m``, e.g. ``"T=4 random"``)."""
+    tokens, _, routing = (text or "T=4 random").partition(" ")
+    return int(tokens.removeprefix("T=")), routing or "random"
+
+
+def _random_case(rng: random.Random, platform: Platform, budget: int) -> tuple[mm.MegaMoEShape, mm.MegaMoEConfig, str]:
+    variant = rng.choice(mm.VARIANTS)
+    hidden = 128 * rng.randint(1, 8) if rng.random() < 0.5 else 512
+    inter = 128 * rng.randint(1, 6) if rng.random() < 0.5 else rng.choice((256, 512))
+    experts = rng.choice((1, 2, 3, 4, 8))
+    while experts > 1 and experts * 3 * hidden * inter > budget:
+        experts //= 2
+    top_k = rng.randint(1, min(8, max(1, experts)))
+    tokens = rng.choice((0, 1, 2, 3, 5, 8, 16, rng.randint(1, 32)))
+    shared = variant == "fp8xfp4" and rng.random() < 0.3
+    clamp = rng.choice((None, 10.0, 7.0, round(rng.uniform(0.5, 20.0), 3)))
+    rsf = rng.choice((1.0, 1.0, 2.5, round(rng.uniform(0.1, 4.0), 3)))
+    shape = mm.MegaMoEShape(experts, hidden, inter, top_k, 1 if shared else 0, 1, _SMALL_TOKENS_CAP)
+    config = mm.MegaMoEConfig(platform, variant, _weight_format(variant), activation_clamp=clamp,  # type: ignore[arg-type]
+                              routed_scaling_factor=rsf)
+    return shape, config, _batch(tokens, rng.choice(ROUTINGS))
+
+
+def draw_cases(options: SuiteOptions, platform: Platform, seed: int) -> list[SuiteCase]:
+    """Every case of ``mega_moe`` for ``platform`` (see the module docstring), seeded by ``seed``."""
+    budget = weight_budget(options, platform)
+    drawn: list[SuiteCase] = []
+    counter = iter(range(1, 1 << 30))
+
+    def add(label: str, origin: str, shape: mm.MegaMoEShape, config: mm.MegaMoEConfig, batch: str = "", *,
+            execute: bool = True, note: str = "", group: str = "") -> None:
+        case_seed = (seed * 1_000_003 + next(counter)) % (1 << 31)
+        drawn.append(SuiteCase(label, origin, shape, config, batch, case_seed, execute, note, False, group))
+
+    def config_for(variant: str, clamp: float | None = 10.0, rsf: float = 1.0) -> mm.MegaMoEConfig:
+        return mm.MegaMoEConfig(platform, variant, _weight_format(variant), activation_clamp=clamp,  # type: ignore[arg-type]
+                                routed_scaling_factor=rsf)
+
+    if options.catalog:
+        for model in catalog_models(options, load_catalog()):
+            for variant in mm.VARIANTS:
+                if not megamoe_capable(model, variant):
+                    continue
+                shared = model.shared if variant == "fp8xfp4" else 0  # SGLang fuses shared experts for fp8xfp4 only
+                config = config_for(variant, model.swiglu_limit)
+                name = f"{model.short_name} {variant}"
+                for ep in options.eps:
+                    if model.experts % ep:
+                        continue
+                    shape = mm.MegaMoEShape(model.experts, model.hidden, model.inter, model.topk, shared, ep, _CATALOG_TOKENS_CAP)
+                    add(f"{name} EP{ep}", "catalog", shape, config, execute=False, group=model.short_name,
+                        note="real size; the token count is not part of the shape: supports() only"
+                        + ("" if ep == 1 else " (EP > 1: the kernel is collective over ranks)"))
+                per_expert = 3 * model.hidden * model.inter
+                run_experts = min(model.experts, 16, budget // per_expert)
+                if run_experts < 1:
+                    continue
+                top_k = min(model.topk, run_experts)
+                small = mm.MegaMoEShape(run_experts, model.hidden, model.inter, top_k, min(shared, 1), 1, _CATALOG_TOKENS_CAP)
+                for kind, tokens, routing in (("decode", DECODE_TOKENS, "distinct"), ("prefill", PREFILL_TOKENS, "random")):
+                    add(f"{name} EP1 {kind} T={tokens} (run at E={run_experts} top_k={top_k}: size budget)", "catalog",
+                        small, config, _batch(tokens, routing), group=model.short_name)
+    if options.edge_cases:
+        for variant in mm.VARIANTS:
+            inter = 512 if variant == "mxf4xmxf4" else 128  # small, but sizes the variant's kernels take
+
+            def S(experts: int, top_k: int, shared: int = 0) -> mm.MegaMoEShape:
+                return mm.MegaMoEShape(experts, 512, inter, top_k, shared, 1, _SMALL_TOKENS_CAP)
+
+            edges = [
+                ("zero tokens", S(2, 2), config_for(variant), _batch(0, "random"),
+                 "T=0: y keeps one row (DeepGEMM rejects a null pointer); nothing to write"),
+                ("one token", S(2, 2), config_for(variant), _batch(1, "distinct"), "decode of a single sequence"),
+                ("unused experts", S(4, 2), config_for(variant), _batch(8, "unused"), "half of the experts receive no token"),
+                ("one hot expert", S(2, 2), config_for(variant), _batch(6, "hot"), "every token to expert 0, other slots masked"),
+                ("every slot masked", S(2, 2), config_for(variant), _batch(4, "masked"),
+                 "topk_ids all -1: each row must still be written (zeros)"),
+                ("top_k=1", S(2, 1), config_for(variant), _batch(5, "random"), "one expert per token"),
+                ("no clamp, rsf=2.5", S(2, 2), config_for(variant, None, 2.5), _batch(6, "distinct"),
+                 "activation_clamp None, routed_scaling_factor applied to the top-k weights"),
+            ]
+            edges.append((f"many tokens T={MANY_TOKENS}", dataclasses.replace(S(2, 2), max_tokens_per_rank=512), config_for(variant),
+                          _batch(MANY_TOKENS, "random"), "more token rows than a 64-, 128- or 256-row tile"))
+            if variant == "fp8xfp4":
+                edges.append(("fused shared expert", S(2, 2, 1), config_for(variant, 10.0, 1.5), _batch(5, "random"),
+                              "SGLang fuses the FP8 shared expert into the fp8xfp4 call"))
+            for label, shape, config, batch, why in edges:
+                add(f"{label} {variant}", "edge", shape, config, batch, note=why)
+    rng = random.Random(seed)
+    for index in range(options.random_cases):
+        shape, config, batch = _random_case(rng, platform, budget)
+        add(f"random #{index} (seed {seed})", "random", shape, config, batch)
+    return drawn
+
+
+def make_inputs(case: SuiteCase, device: torch.device) -> mm.MegaMoEInputs:
+    """Fresh inputs of ``case`` on ``device`` (seeded by ``case.seed``); the problem must match the drawn shape and config."""
+    shape, config = case.shape, case.config
+    if shape.ep_size != 1 or shape.num_shared_experts > 1:
+        raise InvalidArgumentError("conformance", "case.shape", shape.describe(), "ep_size 1 and at most one shared expert (suite bug)")
+    tokens, routing = parse_batch(case.masked_m)
+    problem = make_problem(
+        config.variant, experts=shape.num_experts, hidden=shape.hidden, inter=shape.intermediate, tokens=tokens,
+        top_k=shape.top_k, clamp=config.activation_clamp, rsf=config.routed_scaling_factor,
+        shared=shape.num_shared_experts == 1, device=device, seed=case.seed, routing=routing,
+        max_tokens_per_rank=shape.max_tokens_per_rank,
+    )
+    if problem.shape != shape or problem.config != config:
+        raise InvalidArgumentError("conformance", "case", f"{shape.describe()} [{config.describe()}]",
+                                   f"what describe() builds from its inputs: {problem.shape.describe()} [{problem.config.describe()}]")
+    return problem.inputs
