@@ -4,7 +4,7 @@
 Times, per shape drawn from the model catalog (``sglang_moe_plugins.catalog``; EP 1/2/4/8, prefill and
 decode row counts, uniform and skewed routing, with and without swiglu_limit, fp32 and UE8M0):
 
-- ``triton``: this project's Triton plugin (``sglang_moe_plugins.plugins.triton``);
+- ``triton``: this project's Triton plugin (``sglang_moe_plugins.plugins.triton_smq``);
 - ``jit_ep``: SGLang 0.5.23's DSV4 JIT kernel ``silu_and_mul_masked_post_quant`` (through the
   ``jit_ep`` plugin when it exists in the tree, else the raw kernel), built from the wheel's sources;
 - ``fp8_fallback``: SGLang's masked fused ``per_token_group_quant`` (through the ``fp8_fallback``
@@ -100,7 +100,7 @@ def main() -> None:
     log(f"triton warm-up of {len(jobs)} specialisations: {parallel_warm(jobs, args.workers):.1f}s")
     host_context = contextlib.ExitStack()
     if host is not None:  # the jit_ep / fp8_fallback plugins find SGLang's kernels through this override
-        from sglang_moe_plugins.host_kernels import use_host_kernels
+        from sglang_moe_plugins.plugins.sglang_kernels.host import use_host_kernels
 
         host_context.enter_context(use_host_kernels(host))
     burn_in()

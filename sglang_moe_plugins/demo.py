@@ -78,7 +78,7 @@ def _inputs(e: int, n: int, d: int, seed: int) -> tuple[torch.Tensor, torch.Tens
 def _check(gateup, masked, out, scale, group: int, limit: float | None, layout: str, keep_fp32: bool = False) -> dict[str, Any]:
     """The tolerance policy of the conformance kit (an independent fp64 computation), over real rows."""
     from .ops import silu_mul_quant as smq
-    from .testing.tolerance import compare_with_fp64, tolerance_for
+    from .testing.ops.silu_mul_quant import compare_with_fp64, tolerance_for
 
     shape, config = smq.describe(gateup, masked, group_size=group, topk=1, swiglu_limit=limit, scale_layout=layout,
                                  keep_fp32=keep_fp32)

@@ -131,7 +131,7 @@ class OldContractPlugin(ExampleTorchPlugin):
 # -- broken mega_moe plugins (the suite's mega_moe adapter must name each failure) -------------------
 
 from sglang_moe_plugins.ops.mega_moe import MegaMoEOutputs  # noqa: E402
-from sglang_moe_plugins.plugins.mega_reference import MegaReferencePlugin  # noqa: E402
+from sglang_moe_plugins.plugins.reference.mega_moe import MegaReferencePlugin  # noqa: E402
 
 
 class _MegaW4A8Only(MegaReferencePlugin):

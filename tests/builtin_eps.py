@@ -12,7 +12,7 @@ import pathlib
 import tomllib
 from importlib.metadata import EntryPoint, entry_points
 
-from sglang_moe_plugins.registry import ENTRY_POINT_GROUP
+from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP
 
 PYPROJECT = pathlib.Path(__file__).resolve().parents[1] / "pyproject.toml"
 

@@ -378,7 +378,7 @@ def test_mega_invalid_argument_names_it(override, argument):
 
 
 def _mega_run(p):
-    from sglang_moe_plugins.plugins.mega_reference import MegaReferencePlugin
+    from sglang_moe_plugins.plugins.reference.mega_moe import MegaReferencePlugin
 
     out = mm.allocate_outputs(p.shape, p.config, p.inputs.device, num_tokens=p.inputs.num_tokens)
     out.y.fill_(NAN)

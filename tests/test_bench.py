@@ -17,7 +17,7 @@ from sglang_moe_plugins.bench.runner import Measurement, call_bytes
 from sglang_moe_plugins.cli import build_parser
 from sglang_moe_plugins.config import load_config
 from sglang_moe_plugins.ops import silu_mul_quant as smq
-from sglang_moe_plugins.registry import Registry
+from sglang_moe_plugins.core.registry import Registry
 
 
 class StubTimer:

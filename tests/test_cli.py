@@ -53,7 +53,7 @@ def test_list_reports_config_errors_cleanly():
 @pytest.mark.sglang
 def test_explain_model_at_ep_sizes():
     pytest.importorskip("sglang")  # jit_ep's verdicts need SGLang's kernel sources
-    from sglang_moe_plugins.host_kernels import host_kernels_source
+    from sglang_moe_plugins.plugins.sglang_kernels.host import host_kernels_source
 
     if host_kernels_source() is None:  # SGLang releases before the DSV4 JIT kernel (0.5.19)
         pytest.skip("this SGLang release has no DSV4 JIT kernel: jit_ep is unavailable, not limited by shape")

@@ -6,8 +6,8 @@ import pytest
 
 from sglang_moe_plugins import ConfigError, Registry, UserConfig
 from sglang_moe_plugins.config import load_config, parse_config
-from sglang_moe_plugins.plugins.fp8_fallback import Fp8FallbackPlugin
-from sglang_moe_plugins.plugins.jit_ep import JitEpPlugin
+from sglang_moe_plugins.plugins.sglang_kernels.fp8_fallback import Fp8FallbackPlugin
+from sglang_moe_plugins.plugins.sglang_kernels.jit_ep import JitEpPlugin
 from sglang_moe_plugins.plugins.reference import ReferencePlugin
 
 

@@ -344,7 +344,7 @@ def test_load_errors_name_what_is_valid(tmp_path):
     )
     loaded = load_plugin(str(single))
     assert loaded.plugin.name == "mine" and "single.py" in loaded.origin
-    assert load_plugin("sglang_moe_plugins.plugins.reference:ReferencePlugin").plugin.name == "reference"
+    assert load_plugin("sglang_moe_plugins.plugins.reference.silu_mul_quant:ReferencePlugin").plugin.name == "reference"
 
 
 # -- the pytest plugin --------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ def test_mega_reference_passes_through_the_api(reference_report):
 def test_tolerance_rejects_a_small_perturbation_and_names_the_row():
     p = make_problem("fp8xfp4", seed=5, tokens=6)
     out = mm.allocate_outputs(p.shape, p.config, torch.device("cpu"), num_tokens=6)
-    from sglang_moe_plugins.plugins.mega_reference import MegaReferencePlugin
+    from sglang_moe_plugins.plugins.reference.mega_moe import MegaReferencePlugin
 
     MegaReferencePlugin().run(p.inputs, out, p.shape, p.config)
     assert compare_with_reference(p.inputs, out.y, p.shape, p.config) is None

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from sglang_moe_plugins.testing import SuiteOptions, run_conformance
-from sglang_moe_plugins.testing.cli_check import EXIT_INCOMPLETE
+from sglang_moe_plugins.cli.check import EXIT_INCOMPLETE
 from sglang_moe_plugins.testing.report import FAILED, INCOMPLETE, PASSED
 
 HERE = os.path.dirname(__file__)
@@ -100,7 +100,7 @@ def test_an_ep_claim_the_kit_cannot_run_is_incomplete_not_passed():
 def test_check_exits_with_the_incomplete_status(tmp_path):
     (tmp_path / "declines_cpu_ep.py").write_text(textwrap.dedent('''
         from sglang_moe_plugins import Support
-        from sglang_moe_plugins.plugins.mega_reference import MegaReferencePlugin
+        from sglang_moe_plugins.plugins.reference.mega_moe import MegaReferencePlugin
 
         class DeclinesSmallEp(MegaReferencePlugin):
             """Claims EP > 1 for real model sizes only: the kit's small EP problem is declined."""

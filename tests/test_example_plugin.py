@@ -21,7 +21,7 @@ from sglang_moe_plugins import api
 from sglang_moe_plugins.catalog import get_model, silu_mul_quant_cases
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import silu_mul_quant as smq
-from sglang_moe_plugins.selection import Verdict
+from sglang_moe_plugins.core.dispatcher import Verdict
 from sglang_moe_plugins.cli import check as cli_check
 
 from numerics import check_against_fp64
@@ -142,13 +142,13 @@ def test_disabling_it_by_config(selector_from_env, tmp_path, how):
 
 def test_cli_check_passes_on_the_example():
     """``sglang-moe-plugins check example_torch`` through the real console script (or, until cli.py wires the
-    command, the same parser run as ``python -m sglang_moe_plugins.testing.cli_check``)."""
+    command, the same parser run as ``python -m sglang_moe_plugins.cli.check``)."""
     from sglang_moe_plugins import cli
 
     wired = "check" in cli.build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     args = [NAME, "--seed", "0", "--cases", "8", "--catalog-runs", "8", "--json", "--no-progress"]
     command = ([os.path.join(BIN, "sglang-moe-plugins"), "check"] if wired
-               else [sys.executable, "-m", "sglang_moe_plugins.testing.cli_check"]) + args
+               else [sys.executable, "-m", "sglang_moe_plugins.cli.check"]) + args
     result = subprocess.run(command, capture_output=True, text=True, env=_clean_env(), timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(result.stdout)
@@ -164,7 +164,7 @@ def test_cli_check_is_wired_into_the_main_cli():
     choices = cli.build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     if "check" not in choices:
         pytest.skip("cli.py does not wire `check` yet: add `add_check_parser(sub)` "
-                    "(from sglang_moe_plugins.testing.cli_check) in build_parser()")
+                    "(from sglang_moe_plugins.cli.check) in build_parser()")
     assert cli.main(["check", NAME, "--seed", "1", "--cases", "2", "--catalog-runs", "2", "--no-progress"]) == 0
 
 

@@ -35,9 +35,9 @@ def ep(name: str, value: str) -> EntryPoint:
     return EntryPoint(name, value, ENTRY_POINT_GROUP)
 
 
-REFERENCE = ep("reference", "sglang_moe_plugins.plugins.reference:ReferencePlugin")
-TRITON = ep("triton", "sglang_moe_plugins.plugins.triton:TritonPlugin")
-MEGA_REFERENCE = ep("mega_reference", "sglang_moe_plugins.plugins.mega_reference:MegaReferencePlugin")
+REFERENCE = ep("reference", "sglang_moe_plugins.plugins.reference.silu_mul_quant:ReferencePlugin")
+TRITON = ep("triton", "sglang_moe_plugins.plugins.triton_smq.plugin:TritonPlugin")
+MEGA_REFERENCE = ep("mega_reference", "sglang_moe_plugins.plugins.reference.mega_moe:MegaReferencePlugin")
 
 
 @pytest.fixture(scope="module")

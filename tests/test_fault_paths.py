@@ -37,8 +37,8 @@ def ep(name: str, value: str) -> EntryPoint:
     return EntryPoint(name, value, ENTRY_POINT_GROUP)
 
 
-REFERENCE = ep("reference", "sglang_moe_plugins.plugins.reference:ReferencePlugin")
-MEGA_REFERENCE = ep("mega_reference", "sglang_moe_plugins.plugins.mega_reference:MegaReferencePlugin")
+REFERENCE = ep("reference", "sglang_moe_plugins.plugins.reference.silu_mul_quant:ReferencePlugin")
+MEGA_REFERENCE = ep("mega_reference", "sglang_moe_plugins.plugins.reference.mega_moe:MegaReferencePlugin")
 
 
 @pytest.fixture(scope="module")
@@ -118,10 +118,10 @@ def test_plugin_that_declares_no_writes_still_falls_back(runner):
 
 def test_builtin_declarations():
     from sglang_moe_plugins.core.bound import inputs_maybe_written
-    from sglang_moe_plugins.plugins.fp8_fallback import Fp8FallbackPlugin
-    from sglang_moe_plugins.plugins.jit_ep import JitEpPlugin
+    from sglang_moe_plugins.plugins.sglang_kernels.fp8_fallback import Fp8FallbackPlugin
+    from sglang_moe_plugins.plugins.sglang_kernels.jit_ep import JitEpPlugin
     from sglang_moe_plugins.plugins.reference import ReferencePlugin
-    from sglang_moe_plugins.plugins.triton import TritonPlugin
+    from sglang_moe_plugins.plugins.triton_smq.plugin import TritonPlugin
 
     gateup, masked = data()
     writable = smq.SPEC.writable_inputs
@@ -286,7 +286,7 @@ def test_example_plugin_rejects_a_negative_chunk_experts():
 
 
 def test_builtin_mega_deep_gemm_rejects_an_unknown_pre_dispatch():
-    value = "sglang_moe_plugins.plugins.mega_deep_gemm:MegaW4A8Plugin"
+    value = "sglang_moe_plugins.plugins.deep_gemm.plugin:MegaW4A8Plugin"
     with pytest.raises(ConfigError, match=r"option pre_dispatch='tritn' for plugin 'mega_w4a8' is not accepted; allowed: one of"):
         Registry.discover(parse_config({"options": {"mega_w4a8": {"pre_dispatch": "tritn"}}}), eps=[ep("mega_w4a8", value)])
     ok = Registry.discover(parse_config({"options": {"mega_w4a8": {"pre_dispatch": "torch"}}}), eps=[ep("mega_w4a8", value)])

@@ -40,10 +40,10 @@ from sglang_moe_plugins import (
 from sglang_moe_plugins.config import CONFIG_ENV, load_config, parse_config
 from sglang_moe_plugins.ops import silu_mul_quant as smq
 from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference
-from sglang_moe_plugins.registry import ENTRY_POINT_GROUP
+from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP
 
 TESTS = pathlib.Path(__file__).resolve().parent
-REFERENCE_EP = EntryPoint("reference", "sglang_moe_plugins.plugins.reference:ReferencePlugin", ENTRY_POINT_GROUP)
+REFERENCE_EP = EntryPoint("reference", "sglang_moe_plugins.plugins.reference.silu_mul_quant:ReferencePlugin", ENTRY_POINT_GROUP)
 LOGGER = "sglang_moe_plugins"
 
 #: Runtime faults: (plugin name, verdict after the first call, text of the log line, error under strict)

@@ -225,7 +225,7 @@ def test_sglangs_hooked_function_runs_the_op(variant: str) -> None:
     loaded_sglang()
     from sglang.srt.layers.moe import mega_moe as host
 
-    from sglang_moe_plugins.plugins.mega_reference import MegaReferencePlugin
+    from sglang_moe_plugins.plugins.reference.mega_moe import MegaReferencePlugin
 
     problem = make_problem(variant, rsf=1.5, seed=50, tokens=6)
     experts = _experts(problem)

@@ -87,10 +87,8 @@ def test_importing_the_mega_modules_has_no_side_effects() -> None:
         """
         import json, os, sys
         before = dict(os.environ)
-        import sglang_moe_plugins.deep_gemm_api, sglang_moe_plugins.ops.mega_moe
-        import sglang_moe_plugins.ops.mega_moe_numerics, sglang_moe_plugins.plugins.mega_reference
-        import sglang_moe_plugins.plugins.mega_deep_gemm, sglang_moe_plugins.plugins._mega_pre_dispatch_triton
-        import sglang_moe_plugins.plugins._mega_deep_gemm_launch
+        import sglang_moe_plugins.ops.mega_moe
+        import sglang_moe_plugins.ops.mega_moe_numerics, sglang_moe_plugins.plugins.reference.mega_moe
         import sglang_moe_plugins.ops.mega_moe.formats, sglang_moe_plugins.ops.mega_moe.reference
         import sglang_moe_plugins.ops.mega_moe.sm90, sglang_moe_plugins.ops.mega_moe.activation
         import sglang_moe_plugins.plugins.deep_gemm.api, sglang_moe_plugins.plugins.deep_gemm.plugin

@@ -21,11 +21,11 @@ from sglang_session import loaded_sglang, require_mega_target  # noqa: E402
 from _mega_cases import make_problem  # noqa: E402
 from sglang_moe_plugins import InvalidArgumentError, UserConfig, api  # noqa: E402
 from sglang_moe_plugins.integrations.sglang import mega_moe as ma  # noqa: E402
-from sglang_moe_plugins.registry import ENTRY_POINT_GROUP  # noqa: E402
+from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP  # noqa: E402
 from importlib.metadata import EntryPoint  # noqa: E402
 
 pytestmark = pytest.mark.sglang
-MEGA_REFERENCE = EntryPoint("mega_reference", "sglang_moe_plugins.plugins.mega_reference:MegaReferencePlugin", ENTRY_POINT_GROUP)
+MEGA_REFERENCE = EntryPoint("mega_reference", "sglang_moe_plugins.plugins.reference.mega_moe:MegaReferencePlugin", ENTRY_POINT_GROUP)
 
 
 class Experts:

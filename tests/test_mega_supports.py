@@ -10,9 +10,9 @@ from _mega_cases import API_ABSENT, API_LEGACY, API_MMA_TYPE, model_key, with_pl
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
 from sglang_moe_plugins.plugins.deep_gemm.plugin import MegaSm90Fp8Plugin, MegaW4A4Plugin, MegaW4A8Plugin
-from sglang_moe_plugins.plugins.mega_reference import MegaReferencePlugin
-from sglang_moe_plugins.registry import Registry
-from sglang_moe_plugins.selection import Selector, Verdict
+from sglang_moe_plugins.plugins.reference.mega_moe import MegaReferencePlugin
+from sglang_moe_plugins.core.registry import Registry
+from sglang_moe_plugins.core.dispatcher import Selector, Verdict
 
 SM90, SM100, CPU = Platform.cuda(9, 0), Platform.cuda(10, 0), Platform.cpu()
 MODELS = ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro")
@@ -160,9 +160,9 @@ def test_variants_table_keeps_names_priorities_and_entry_points() -> None:
     for cls, v in ((MegaW4A8Plugin, mdg.W4A8), (MegaW4A4Plugin, mdg.W4A4), (MegaSm90Fp8Plugin, mdg.SM90_FP8)):
         assert (cls.name, cls.priority, cls.variant) == (v.name, v.priority, v)
     points = {ep.name: ep.value for ep in metadata.entry_points(group="sglang_moe_plugins.kernels")}
-    assert points["mega_w4a8"] == "sglang_moe_plugins.plugins.mega_deep_gemm:MegaW4A8Plugin"
-    assert points["mega_w4a4"] == "sglang_moe_plugins.plugins.mega_deep_gemm:MegaW4A4Plugin"
-    assert points["mega_sm90_fp8"] == "sglang_moe_plugins.plugins.mega_deep_gemm:MegaSm90Fp8Plugin"
+    assert points["mega_w4a8"] == "sglang_moe_plugins.plugins.deep_gemm.plugin:MegaW4A8Plugin"
+    assert points["mega_w4a4"] == "sglang_moe_plugins.plugins.deep_gemm.plugin:MegaW4A4Plugin"
+    assert points["mega_sm90_fp8"] == "sglang_moe_plugins.plugins.deep_gemm.plugin:MegaSm90Fp8Plugin"
 
 
 def test_pre_dispatch_option_reasons(monkeypatch: pytest.MonkeyPatch) -> None:

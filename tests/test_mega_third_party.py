@@ -59,9 +59,9 @@ DRIVER = textwrap.dedent(
     import torch
     from third_party_mega import TorchMegaPlugin
     from sglang_moe_plugins.ops import mega_moe as mm
-    from sglang_moe_plugins.plugins.mega_reference import MegaReferencePlugin
-    from sglang_moe_plugins.registry import Registry
-    from sglang_moe_plugins.selection import Selector
+    from sglang_moe_plugins.plugins.reference.mega_moe import MegaReferencePlugin
+    from sglang_moe_plugins.core.registry import Registry
+    from sglang_moe_plugins.core.dispatcher import Selector
     from sglang_moe_plugins.testing import SuiteOptions, run_conformance
     from sglang_moe_plugins.testing.ops.mega_moe import compare_with_reference
     from sglang_moe_plugins.testing.ops.mega_moe_cases import make_problem

@@ -192,7 +192,7 @@ def test_hooked_call_takes_the_rules_plugin():
     from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP
 
     runner = loaded_sglang()
-    eps = [EntryPoint("reference", "sglang_moe_plugins.plugins.reference:ReferencePlugin", ENTRY_POINT_GROUP),
+    eps = [EntryPoint("reference", "sglang_moe_plugins.plugins.reference.silu_mul_quant:ReferencePlugin", ENTRY_POINT_GROUP),
            EntryPoint("policy_prepared", "policy_plugins:PreparedReference", ENTRY_POINT_GROUP)]
     config = parse_config({"priority_rules": [{"op": smq.OP, "when": {"hidden_min": 512}, "priority": {"reference": 1000}}]})
     try:
@@ -263,7 +263,7 @@ def test_bench_writes_a_rule_for_a_call_whose_fastest_plugin_is_not_first(monkey
     for name in list(__import__("os").environ):
         if name.startswith("SGLANG_MOE_PLUGINS"):
             monkeypatch.delenv(name)
-    eps = [EntryPoint("reference", "sglang_moe_plugins.plugins.reference:ReferencePlugin", ENTRY_POINT_GROUP),
+    eps = [EntryPoint("reference", "sglang_moe_plugins.plugins.reference.silu_mul_quant:ReferencePlugin", ENTRY_POINT_GROUP),
            EntryPoint("policy_prepared", "policy_plugins:PreparedReference", ENTRY_POINT_GROUP)]
     times = {("policy_prepared", 4): 10.0, ("reference", 4): 20.0, ("policy_prepared", 300): 30.0, ("reference", 300): 20.0}
 

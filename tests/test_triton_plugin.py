@@ -73,12 +73,12 @@ def test_plugin_passes_the_registry_checks_under_its_entry_point_name():
     records it under the name and op the package's entry point declares."""
     import tomllib
 
-    from sglang_moe_plugins.registry import Registry
+    from sglang_moe_plugins.core.registry import Registry
 
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
         entry_points = tomllib.load(handle)["project"]["entry-points"]
     record = Registry.from_plugins([TritonPlugin()]).get("triton")
-    assert entry_points["sglang_moe_plugins.kernels"][record.name] == "sglang_moe_plugins.plugins.triton:TritonPlugin"
+    assert entry_points["sglang_moe_plugins.kernels"][record.name] == "sglang_moe_plugins.plugins.triton_smq.plugin:TritonPlugin"
     assert record.op == "silu_mul_quant" and record.priority == TritonPlugin.priority
     assert dict(record.options) == {"pdl": True}
     assert "\n" not in TritonPlugin.description and TritonPlugin.description.strip()

@@ -19,7 +19,7 @@ from importlib.metadata import EntryPoint, entry_points
 
 __all__ = ["write_dist_info", "temporary_site", "checkout_dist_info", "checkout_entry_points", "KERNELS_GROUP"]
 
-#: The entry point group of kernel plugins (``sglang_moe_plugins.registry.ENTRY_POINT_GROUP``).
+#: The entry point group of kernel plugins (``sglang_moe_plugins.core.registry.ENTRY_POINT_GROUP``).
 KERNELS_GROUP = "sglang_moe_plugins.kernels"
 
 

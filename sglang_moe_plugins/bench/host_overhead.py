@@ -221,8 +221,9 @@ def gpu_section(repeats: int, calls: int, jit_root: pathlib.Path, prebuilt: path
     from ..config import parse_config
     from ..integrations.sglang import silu_mul_quant_hook
     from ..ops import silu_mul_quant as smq
-    from ..plugins import _triton_silu_mul_quant as kernel
-    from ..plugins.triton import TritonPlugin
+    from ..plugins.triton_smq import launch as kernel
+    from ..plugins.triton_smq.tuning import choose_config
+    from ..plugins.triton_smq.plugin import TritonPlugin
     from ..quant import round_to_bf16
 
     selector = api.reload(parse_config({"force": {smq.OP: "triton"}}), entry_points=checkout_entry_points(root))
@@ -248,7 +249,7 @@ def gpu_section(repeats: int, calls: int, jit_root: pathlib.Path, prebuilt: path
         add("`torch.empty` of both outputs", label,
             lambda: (torch.empty((e, n, d), dtype=torch.float8_e4m3fn, device="cuda"),
                      torch.empty_strided(sizes, strides, dtype=torch.float32, device="cuda")))
-        kconfig = kernel.choose_config(e, n, d, 128, topk)
+        kconfig = choose_config(e, n, d, 128, topk)
         klimit = None if limit is None else round_to_bf16(limit)
         add("Triton `launch` of our kernel (JIT dispatch, config chosen)", label,
             lambda: kernel.launch(gateup, masked, outputs.out, outputs.scale, group_size=128, swiglu_limit=klimit,

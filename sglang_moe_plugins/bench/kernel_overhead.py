@@ -45,8 +45,10 @@ def silu_section(iters: int, repeats: int) -> list[dict[str, Any]]:
     import torch
 
     from ..ops.silu_mul_quant import SiluMulQuantInputs, allocate_outputs, describe
-    from ..plugins import _triton_silu_mul_quant as K
-    from ..plugins.triton import TritonPlugin
+    from ..plugins.triton_smq import kernel as kernel_module
+    from ..plugins.triton_smq import launch as K
+    from ..plugins.triton_smq.tuning import choose_config
+    from ..plugins.triton_smq.plugin import TritonPlugin
 
     rows = []
     for label, (E, N, D) in {"DSV4-Flash EP8 decode": (32, 128, 2048), "Qwen3-30B EP1 decode": (128, 64, 768)}.items():
@@ -60,7 +62,7 @@ def silu_section(iters: int, repeats: int) -> list[dict[str, Any]]:
         bound = plugin.prepare(shape, config)
         launch = bound.launch
         low = getattr(launch, "low_level", None)
-        kcfg = K.choose_config(E, N, D, 128, 8)
+        kcfg = choose_config(E, N, D, 128, 8)
         index = torch.cuda.current_device()
         plan = K.plan_launch(E, N, D, group_size=128, scale_strides=outputs.scale.stride(), swiglu_limit=10.0,
                              swizzle=False, ue8m0=True, config=kcfg, device_index=index,
@@ -72,7 +74,7 @@ def silu_section(iters: int, repeats: int) -> list[dict[str, Any]]:
             "launch (JIT dispatch, decisions per call)": lambda: K.launch(
                 x, m, outputs.out, outputs.scale, group_size=128, swiglu_limit=10.0, swizzle=False, ue8m0=True,
                 config=kcfg),
-            "JIT dispatch alone (kernel[grid], precomputed args)": lambda: K._silu_mul_quant_kernel[grid](
+            "JIT dispatch alone (kernel[grid], precomputed args)": lambda: kernel_module.silu_mul_quant_kernel[grid](
                 x, m, outputs.out, outputs.scale, *runtime, **kwargs),
             "prepared launch (tensors)": lambda: launch(x, m, outputs.out, outputs.scale),
             "prepared bound op (inputs, outputs)": lambda: bound(inputs, outputs),
@@ -94,7 +96,8 @@ def silu_section(iters: int, repeats: int) -> list[dict[str, Any]]:
 def pre_dispatch_section(iters: int, repeats: int) -> list[dict[str, Any]]:
     import torch
 
-    from ..plugins import _mega_pre_dispatch_triton as P
+    from ..plugins.deep_gemm import pre_dispatch_triton as P
+    from ..plugins.deep_gemm.pre_dispatch_kernel import pre_dispatch_kernel
 
     tokens, hidden, top_k, rows_p, variant = 32, 1024, 8, 8192, "sm90_fp8"
     shape = f"sm90_fp8 E=8 H={hidden} T={tokens} topk={top_k} P={rows_p}"
@@ -116,12 +119,12 @@ def pre_dispatch_section(iters: int, repeats: int) -> list[dict[str, Any]]:
                            variant=variant, routed_scaling_factor=1.0, shared_x_sf=None, shared_block_m=0,
                            tiling=None, use_pdl=use_pdl)
     grid, args, kwargs = planned
-    kernel = P._kernel()
+    kernel = pre_dispatch_kernel()
     leading = (x.data_ptr(), x.stride(0), ids.data_ptr(), ids.stride(0), w.data_ptr(), w.stride(0))
     device = x.device
 
     def import_statement() -> None:  # what mega_deep_gemm._our_pre_dispatch runs on every call
-        from sglang_moe_plugins.plugins._mega_pre_dispatch_triton import pre_dispatch  # noqa: F401
+        from sglang_moe_plugins.plugins.deep_gemm.pre_dispatch_triton import pre_dispatch  # noqa: F401
 
     cases: dict[str, Callable[[], Any]] = {
         "pre_dispatch (JIT path, decisions per call)": lambda: P.pre_dispatch(x, ids, w, *bufs, variant=variant),

@@ -83,9 +83,9 @@ def eager_us(fn: Callable[[], Any], calls: int = 50) -> tuple[float, float]:
 
 def unfused(case: Any, deep_gemm: Any) -> Callable[[], Any]:
     """L1 grouped GEMM -> Triton silu_mul_quant -> L2 grouped GEMM on the masked layout."""
-    from ..ops import mega_moe_numerics as nm
+    from ..ops.mega_moe import formats as nm
     from ..ops import silu_mul_quant as smq
-    from ..plugins.triton import TritonPlugin
+    from ..plugins.triton_smq.plugin import TritonPlugin
 
     shape, inputs = case.shape, case.inputs
     e, h, inter = shape.num_experts, shape.hidden, shape.intermediate

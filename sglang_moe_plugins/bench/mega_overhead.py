@@ -17,10 +17,10 @@ from .. import api
 from ..integrations.sglang import mega_moe as ma
 from ..integrations.sglang import mega_moe_hook
 from ..ops import mega_moe as mm
-from ..plugins.mega_deep_gemm import MegaSm90Fp8Plugin
-from ..registry import Registry
-from ..selection import Selector
-from ..testing.mega_moe import make_problem
+from ..plugins.deep_gemm.plugin import MegaSm90Fp8Plugin
+from ..core.registry import Registry
+from ..core.dispatcher import Selector
+from ..testing.ops.mega_moe_cases import make_problem
 from .dist_info import temporary_site
 
 __all__ = ["NOOP_MODULE", "Experts", "eager_us", "cpu_time", "hook_kwargs", "cpu_hook_layer", "gpu_call_overhead"]

@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..ops.mega_moe_numerics import pre_dispatch_reference
-from ..plugins._mega_pre_dispatch_triton import PreDispatchTiling, choose_tiling, pre_dispatch
+from ..ops.mega_moe.formats import pre_dispatch_reference
+from ..plugins.deep_gemm.pre_dispatch_triton import PreDispatchTiling, choose_tiling, pre_dispatch
 
 __all__ = ["VARIANTS", "ROWS", "TOP_K", "SHAPES", "SWEEP_SETS", "build_sglang_jit", "copy_bandwidth", "inputs", "buffers",
            "same", "moved_bytes", "time_graph", "time_bench", "interleave", "run_checks", "run_timing", "run_sweep",

@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import fields
 from typing import Any
 
-from .._cli_util import table
+from ..cli.util import table
 from .runner import BenchCase, Measurement, geomean
 
 __all__ = ["results_table", "payload", "rank_plugins", "shape_rules", "priority_toml", "plot", "smq_table", "smq_summary",

@@ -17,7 +17,7 @@ import torch
 from ..catalog import ModelSpec, platform_uses_ue8m0, silu_mul_quant_cases
 from ..hardware import Platform
 from ..ops import silu_mul_quant as smq
-from ..selection import _as_support
+from ..contract import as_support as _as_support
 from .timing import Timer, random_gateup, rotation_sets
 
 __all__ = ["BenchCase", "Measurement", "bench_cases", "measure", "call_bytes", "DECODE_MAX_ROWS"]

@@ -7,11 +7,11 @@ For a GPU machine without SGLang installed (the benchmark machine): compiles
 
 with the template arguments, compiler flags (``-DSGL_CUDA_ARCH=900``, ``sm_90a``, ``-O3``,
 ``-std=c++20``, ``--expt-relaxed-constexpr``, ``--use_fast_math``) and PDL setting that SGLang's
-``load_jit`` uses on an H200, and exposes them as a :class:`sglang_moe_plugins.host_kernels.HostKernels`
+``load_jit`` uses on an H200, and exposes them as a :class:`sglang_moe_plugins.plugins.sglang_kernels.host.HostKernels`
 whose two callables have the Python signatures of SGLang's wrappers
 ``sglang.kernels.ops.moe.dsv4.silu_and_mul_masked_post_quant`` and
 ``sglang.kernels.ops.quantization.per_token_group_quant.per_token_group_quant``. Install it with
-``sglang_moe_plugins.host_kernels.use_host_kernels`` so that the ``jit_ep`` and ``fp8_fallback``
+``sglang_moe_plugins.plugins.sglang_kernels.host.use_host_kernels`` so that the ``jit_ep`` and ``fp8_fallback``
 plugins run their own code over these kernels.
 
 Needs ``apache-tvm-ffi`` (0.1.11, the version sglang 0.5.23 pins) and the wheel's
@@ -29,7 +29,7 @@ from typing import Iterable, Optional, Tuple
 
 import torch
 
-from sglang_moe_plugins.host_kernels import HostKernels
+from sglang_moe_plugins.plugins.sglang_kernels.host import HostKernels
 
 __all__ = ["SglangJit", "build_host_kernels", "DSV4Spec", "PTGQSpec", "dsv4_spec", "ptgq_spec", "plugin_specs"]
 

@@ -148,7 +148,7 @@ def floor_us(case: Case, rows: int, bw: float) -> float:
 def warm_job(case: Case, kcfg: Optional[dict] = None, pdl: bool = True) -> tuple:
     from ..quant import round_to_bf16
 
-    from ..plugins._triton_silu_mul_quant import choose_config
+    from ..plugins.triton_smq.tuning import choose_config
 
     limit = None if case.limit is None else round_to_bf16(case.limit)
     if kcfg is None:  # the configuration the plugin will pick for this case (it depends on N)
@@ -165,7 +165,7 @@ SWEEP_CASES = ["DSV3 EP8 prefill", "DSV4-Pro EP8 prefill ue8m0", "Qwen3-235B EP4
 
 
 def sweep_variants(case: Case, sweep_set: str = "1") -> list[dict]:
-    from ..plugins._triton_silu_mul_quant import choose_config
+    from ..plugins.triton_smq.tuning import choose_config
 
     base = choose_config(case.E, case.N, case.D, case.gs, case.topk)
     out = []

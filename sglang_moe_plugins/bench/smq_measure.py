@@ -17,7 +17,7 @@ import torch
 
 from ..ops.silu_mul_quant import SiluMulQuantInputs, SiluMulQuantOutputs, allocate_outputs, real_rows
 from ..plugins.reference import silu_mul_quant_reference
-from ..testing.tolerance import POISON_FP8, POISON_SCALE_INT, poison
+from ..testing.case import POISON_FP8, POISON_SCALE_INT, poison
 from .smq_cases import CASES, REFERENCE_TIMED, Case, floor_us, masked_counts, sweep_variants
 from .smq_paths import Paths
 from .timing import graph_time_us, random_gateup
@@ -167,7 +167,7 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log) -> dict:
         del srcs, dsts
     except Exception as exc:
         res["paths"]["copy_same_bytes"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-    from ..plugins._triton_silu_mul_quant import occupancy_records
+    from ..plugins.triton_smq.launch import occupancy_records
 
     res["triton_occupancy"] = [list(v) for k, v in occupancy_records().items() if ("D", case.D) in k[-1]]
     if case.name in REFERENCE_TIMED:
@@ -183,7 +183,8 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log) -> dict:
 
 
 def _warm_worker(jobs: list) -> int:
-    from ..plugins import _triton_silu_mul_quant as K
+    from ..plugins.triton_smq import launch as K
+    from ..plugins.triton_smq.tuning import KernelConfig
 
     for E, D, gs, limit, swizzle, ue8m0, kcfg, pdl in jobs:
         x = torch.zeros(E, 1, 2 * D, dtype=torch.bfloat16, device="cuda")
@@ -192,7 +193,7 @@ def _warm_worker(jobs: list) -> int:
         G = D // gs
         sc = torch.empty(E, 1, (G + 3) // 4 if ue8m0 else G, dtype=torch.int32 if ue8m0 else torch.float32,
                          device="cuda")
-        cfg = K.KernelConfig(**dict(kcfg)) if kcfg else None
+        cfg = KernelConfig(**dict(kcfg)) if kcfg else None
         K.launch(x, m, out, sc, group_size=gs, swiglu_limit=limit, swizzle=swizzle, ue8m0=ue8m0, config=cfg, pdl=pdl)
     torch.cuda.synchronize()
     return len(jobs)
@@ -212,7 +213,7 @@ def parallel_warm(jobs: list, workers: int = 14) -> float:
 
 
 def run_sweep(paths: Paths, bw: float, l2: int, log, names: list[str], sweep_set: str = "1") -> list[dict]:
-    from ..plugins._triton_silu_mul_quant import occupancy_records
+    from ..plugins.triton_smq.launch import occupancy_records
 
     results = []
     by_name = {c.name: c for c in CASES}
@@ -230,7 +231,7 @@ def run_sweep(paths: Paths, bw: float, l2: int, log, names: list[str], sweep_set
         layout = paths.jit_layout(case) if sweep_set == "3" else None
         shape, config = paths.shape_config(sets[0], masked_m, case, layout)
         outs = [allocate_outputs(shape, config, sets[0].device) for _ in sets]
-        from ..plugins._triton_silu_mul_quant import KernelConfig
+        from ..plugins.triton_smq.tuning import KernelConfig
 
         if sweep_set == "3" and paths.jit_via(case) == "raw":
             calls = [(lambda xs=xs, o=o: paths.run_jit(xs, masked_m, o, case, "raw")) for xs, o in zip(sets, outs)]

@@ -15,13 +15,13 @@ class Paths:
     """Callables for each path: ``fn(gateup, masked_m, outputs, case)``; None when unavailable."""
 
     def __init__(self, host, host_nopdl=None) -> None:
-        from ..plugins.triton import TritonPlugin
+        from ..plugins.triton_smq.plugin import TritonPlugin
 
         self.host = host
         self.host_nopdl = host_nopdl
         self.triton = TritonPlugin()
-        self.jit_plugin = self._try_plugin("sglang_moe_plugins.plugins.jit_ep", "JitEpPlugin")
-        self.fb_plugin = self._try_plugin("sglang_moe_plugins.plugins.fp8_fallback", "Fp8FallbackPlugin")
+        self.jit_plugin = self._try_plugin("sglang_moe_plugins.plugins.sglang_kernels.jit_ep", "JitEpPlugin")
+        self.fb_plugin = self._try_plugin("sglang_moe_plugins.plugins.sglang_kernels.fp8_fallback", "Fp8FallbackPlugin")
 
     @staticmethod
     def _try_plugin(module: str, cls: str):
@@ -41,7 +41,7 @@ class Paths:
         if kcfg is None and pdl:
             self.triton.run(SiluMulQuantInputs(gateup, masked_m), outputs, shape, config)
         else:
-            from ..plugins import _triton_silu_mul_quant as K
+            from ..plugins.triton_smq import launch as K
             from ..quant import round_to_bf16
 
             K.launch(gateup, masked_m, outputs.out, outputs.scale, group_size=case.gs,
@@ -77,7 +77,7 @@ class Paths:
     def run_jit(self, gateup, masked_m, outputs, case, via):
         if via == "plugin":
             shape, config = self.shape_config(gateup, masked_m, case, self.jit_layout(case))
-            from ..host_kernels import use_host_kernels
+            from ..plugins.sglang_kernels.host import use_host_kernels
 
             with use_host_kernels(self.host):
                 self.jit_plugin.run(SiluMulQuantInputs(gateup, masked_m), outputs, shape, config)
@@ -114,7 +114,7 @@ class Paths:
     def run_fb(self, gateup, masked_m, outputs, case, via):
         if via == "plugin":
             shape, config = self.shape_config(gateup, masked_m, case, self.fb_layout(case))
-            from ..host_kernels import use_host_kernels
+            from ..plugins.sglang_kernels.host import use_host_kernels
 
             with use_host_kernels(self.host):
                 self.fb_plugin.run(SiluMulQuantInputs(gateup, masked_m), outputs, shape, config)

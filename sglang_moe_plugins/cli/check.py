@@ -10,7 +10,7 @@ When the run is estimated to take longer than 30 s, the estimate is printed on s
 cases ran (with the options that shorten it).
 
 The main CLI adds the arguments with ``add_arguments(parser)`` (``add_check_parser(subparsers)`` adds the
-whole command to another parser); also runnable on its own as ``python -m sglang_moe_plugins.testing.cli_check
+whole command to another parser); also runnable on its own as ``python -m sglang_moe_plugins.cli.check
 ...`` (:func:`main`). Adding the parser loads nothing: the suite is imported when the command runs.
 """
 
@@ -159,7 +159,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry: ``python -m sglang_moe_plugins.testing.cli_check TARGET [options]``."""
+    """Stand-alone entry: ``python -m sglang_moe_plugins.cli.check TARGET [options]``."""
     parser = argparse.ArgumentParser(prog="sglang-moe-plugins")
     sub = parser.add_subparsers(dest="command", required=True)
     add_check_parser(sub)

@@ -46,7 +46,7 @@ def _self_check(registry: Any) -> tuple[list[dict[str, str]], list[str]]:
     import torch
 
     from ..ops import silu_mul_quant as smq
-    from ..selection import _as_support
+    from ..contract import as_support as _as_support
 
     here = local_platform()
     device = torch.device("cuda", torch.cuda.current_device()) if here.is_cuda else torch.device("cpu")
@@ -104,7 +104,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
     import sglang_moe_plugins
 
-    from ..host_kernels import host_kernels_source
+    from ..plugins.sglang_kernels.host import host_kernels_source
 
     report: dict[str, Any] = {
         "versions": {

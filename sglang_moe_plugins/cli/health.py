@@ -15,7 +15,7 @@ from ..config import load_config
 from ..errors import ConfigError, MoEPluginsError, PluginValidationError
 from ..hardware import Platform, local_platform
 from ..ops import OPS
-from ..registry import Registry
+from ..core.registry import Registry
 
 __all__ = ["RegistryReport", "load_registry", "platform_findings", "stock_lines", "quiet_host_import", "PURE_TORCH",
            "forced_here_warnings"]

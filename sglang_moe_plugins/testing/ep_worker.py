@@ -20,7 +20,7 @@ def run_rank(job: dict[str, Any], rank: int) -> dict[str, Any]:
     import torch.distributed as dist
 
     from ..ops import mega_moe as mm
-    from ..ops import mega_moe_numerics as nm
+    from ..ops.mega_moe.reference import mega_moe_reference
     from .execute import error_text
     from .loading import load_plugin
     from .case import poison
@@ -39,10 +39,10 @@ def run_rank(job: dict[str, Any], rank: int) -> dict[str, Any]:
         expected = mm.allocate_outputs(p.shape, p.config, torch.device("cpu"), num_tokens=total)
         sm90 = None
         if job["variant"] == "sm90_fp8":
-            from ..ops.mega_moe_sm90_numerics import sm90_numerics_for
+            from ..ops.mega_moe.sm90 import sm90_numerics_for
 
             sm90 = sm90_numerics_for(mine, world, job["top_k"], job["experts"])
-        nm.mega_moe_reference(p.inputs, expected, p.shape, p.config, sm90=sm90)
+        mega_moe_reference(p.inputs, expected, p.shape, p.config, sm90=sm90)
         local = job["experts"] // world
         experts = slice(rank * local, (rank + 1) * local)
         rows = slice(offset, offset + mine)

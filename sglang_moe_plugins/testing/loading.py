@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import MoEPluginsError
-from ..registry import ENTRY_POINT_GROUP
+from ..core.registry import ENTRY_POINT_GROUP
 
 try:  # Python 3.12+ has the selectable entry_points API in the stdlib.
     from importlib.metadata import entry_points
@@ -140,7 +140,7 @@ def load_plugin(target: Any) -> LoadedPlugin:
     loaded = _load_entry_point(text)
     if loaded is not None:
         return loaded
-    from ..registry import Registry
+    from ..core.registry import Registry
 
     # Entry point names normally equal plugin names; fall back to the plugins' own names.
     registry = Registry.discover()

@@ -1,7 +1,10 @@
-"""Temporary shim: the adapter and tolerance of ``mega_moe`` live in :mod:`.ops.mega_moe`, its cases and
-inputs in :mod:`.ops.mega_moe_cases`."""
+"""Deprecated path (kept for one minor release; docs of 0.3 named it): the adapter and tolerance of
+``mega_moe`` live in :mod:`sglang_moe_plugins.testing.ops.mega_moe`, its cases and inputs
+(``make_problem``) in :mod:`sglang_moe_plugins.testing.ops.mega_moe_cases`. Importing this module warns."""
 
 from __future__ import annotations
+
+import warnings
 
 from .ops.mega_moe import (
     MEGA_TOLERANCE,
@@ -23,6 +26,12 @@ from .ops.mega_moe_cases import (
 )
 from .ops.mega_moe_cases import parse_batch as _parse_batch
 from .ops.mega_moe_cases import route as _route
+
+warnings.warn(
+    "sglang_moe_plugins.testing.mega_moe is deprecated: import from sglang_moe_plugins.testing.ops.mega_moe "
+    "(tolerance, compare_with_reference) and sglang_moe_plugins.testing.ops.mega_moe_cases (make_problem)",
+    DeprecationWarning, stacklevel=2,
+)
 
 __all__ = [
     "MegaMoEConformance",

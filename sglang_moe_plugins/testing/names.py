@@ -13,7 +13,7 @@ import inspect
 from typing import Any
 
 from ..log import get_logger
-from ..registry import ENTRY_POINT_GROUP
+from ..core.registry import ENTRY_POINT_GROUP
 
 try:
     from importlib.metadata import PackageNotFoundError, distribution, entry_points

@@ -21,7 +21,7 @@ from ..errors import InvalidArgumentError, MoEPluginsError
 from ..hardware import Platform, platform_of
 from ..log import get_logger
 from ..ops import OPS
-from ..registry import validate_plugin
+from ..core.registry import validate_plugin
 from .case import (
     DEFAULT_CPU_CATALOG_RUNS,
     DEFAULT_CPU_MAX_ELEMENTS,

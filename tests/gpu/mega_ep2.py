@@ -46,7 +46,7 @@ from mega_sm90_common import DEEPGEMM_CALC_DIFF_TOL, SHAPES, Sm90Case, build_cas
 
 from sglang_moe_plugins import api  # noqa: E402
 from sglang_moe_plugins.ops import mega_moe as mm  # noqa: E402
-from sglang_moe_plugins.ops.mega_moe_sm90_numerics import sm90_numerics_for, sm90_reference_slots  # noqa: E402
+from sglang_moe_plugins.ops.mega_moe.sm90 import sm90_numerics_for, sm90_reference_slots  # noqa: E402
 
 #: (label, experts, hidden, inter, top_k, tokens per rank, clamp)
 CASES = [

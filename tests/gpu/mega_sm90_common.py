@@ -31,8 +31,8 @@ import torch  # noqa: E402
 
 from sglang_moe_plugins.ops import mega_moe as mm  # noqa: E402
 from sglang_moe_plugins.ops import mega_moe_numerics as nm  # noqa: E402
-from sglang_moe_plugins.ops.mega_moe_sm90_numerics import Sm90Numerics  # noqa: E402
-from sglang_moe_plugins.testing.mega_moe import _route  # noqa: E402
+from sglang_moe_plugins.ops.mega_moe.sm90 import Sm90Numerics  # noqa: E402
+from sglang_moe_plugins.testing.ops.mega_moe_cases import route as _route  # noqa: E402
 
 CASE_RTOL = 1e-2  # every call, BLOCK_M 64 and 128: measured 0.23-0.39% against the terms13 model on the H200
 ROW_RTOL = 3e-2  # measured at most 1.4%
@@ -100,7 +100,7 @@ def build_case(group: Any, *, experts: int, hidden: int, inter: int, top_k: int,
     them (FP8 e4m3, 128x128 fp32 block scales, L1 gate/up interleaved by 8). ``expert_slice`` keeps
     the weights of those experts only (EP: a rank's local experts; the seed makes every rank draw the
     same global weights; ``token_seed``, default ``seed``, draws the tokens and routing). Top-k weights in [0.05, 1.05) (never zero); routing per
-    :data:`sglang_moe_plugins.testing.mega_moe.ROUTINGS`.
+    :data:`sglang_moe_plugins.testing.ops.mega_moe_cases.ROUTINGS`.
     """
     dev = torch.device(device) if device else torch.device("cuda", torch.cuda.current_device())
     token_seed = seed if token_seed is None else token_seed
@@ -141,7 +141,7 @@ def with_tokens(case: Sm90Case, x: torch.Tensor, ids: torch.Tensor, weights: tor
 
 def sm90_plugin(pre_dispatch: str = "auto") -> Any:
     """THE plugin under test: ``mega_sm90_fp8`` with option ``pre_dispatch``."""
-    from sglang_moe_plugins.plugins.mega_deep_gemm import MegaSm90Fp8Plugin
+    from sglang_moe_plugins.plugins.deep_gemm.plugin import MegaSm90Fp8Plugin
 
     plugin = MegaSm90Fp8Plugin()
     plugin.options = {"pre_dispatch": pre_dispatch}

@@ -30,7 +30,7 @@ def _warm(keys: list[tuple]) -> int:
     """Compile the triton plugin's kernels for these (D, group, limit, swizzle, UE8M0) keys (one process)."""
     import torch
 
-    from sglang_moe_plugins.plugins import _triton_silu_mul_quant as K
+    from sglang_moe_plugins.plugins.triton_smq import launch as K
 
     for hidden, group, limit, swizzle, ue8m0 in keys:
         groups = hidden // group
@@ -77,9 +77,9 @@ def host_specs(seed: int, examples: int) -> tuple[list, list]:
     from sglang_moe_plugins.bench.sglang_kernels import plugin_specs
 
     from sglang_moe_plugins.hardware import Platform
-    from sglang_moe_plugins.host_kernels import HostKernels, use_host_kernels
-    from sglang_moe_plugins.plugins.fp8_fallback import Fp8FallbackPlugin
-    from sglang_moe_plugins.plugins.jit_ep import JitEpPlugin
+    from sglang_moe_plugins.plugins.sglang_kernels.host import HostKernels, use_host_kernels
+    from sglang_moe_plugins.plugins.sglang_kernels.fp8_fallback import Fp8FallbackPlugin
+    from sglang_moe_plugins.plugins.sglang_kernels.jit_ep import JitEpPlugin
 
     jit_ep, fallback = JitEpPlugin(), Fp8FallbackPlugin()
     dsv4, ptgq = set(), set()

@@ -1,6 +1,6 @@
 """SGLang 0.5.23's own CUDA kernels for the GPU tests on a machine without SGLang (the GPU machine).
 
-``jit_ep`` and ``fp8_fallback`` call SGLang's kernels through :mod:`sglang_moe_plugins.host_kernels`.
+``jit_ep`` and ``fp8_fallback`` call SGLang's kernels through :mod:`sglang_moe_plugins.plugins.sglang_kernels.host`.
 Where SGLang itself is not installed, :func:`sglang_jit` builds those kernels from the sglang wheel's JIT
 sources through tvm-ffi (``sglang_moe_plugins/bench/sglang_kernels.py``), loading modules compiled ahead of time from
 ``.device/sgl_prebuilt`` when they are there. Install them around a call with

@@ -23,7 +23,7 @@ from sglang_moe_plugins.config import parse_config  # noqa: E402
 from sglang_moe_plugins.hardware import local_platform  # noqa: E402
 from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
 from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference  # noqa: E402
-from sglang_moe_plugins.testing.tolerance import poison  # noqa: E402
+from sglang_moe_plugins.testing.case import poison  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")

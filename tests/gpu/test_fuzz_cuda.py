@@ -44,7 +44,7 @@ from fuzz_cases import PROFILE, SEED  # noqa: E402
 
 from sglang_moe_plugins import Registry, UserConfig  # noqa: E402
 from sglang_moe_plugins.hardware import local_platform  # noqa: E402
-from sglang_moe_plugins.host_kernels import host_kernels_source, use_host_kernels  # noqa: E402
+from sglang_moe_plugins.plugins.sglang_kernels.host import host_kernels_source, use_host_kernels  # noqa: E402
 from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
 
 pytestmark = pytest.mark.gpu

@@ -10,8 +10,8 @@ import torch
 
 from _mega_cases import make_problem
 from sglang_moe_plugins.ops import mega_moe as mm
-from sglang_moe_plugins.ops import mega_moe_numerics as nm
-from sglang_moe_plugins.plugins.mega_reference import MegaReferencePlugin
+from sglang_moe_plugins.ops.mega_moe import formats as nm
+from sglang_moe_plugins.plugins.reference.mega_moe import MegaReferencePlugin
 
 pytestmark = [
     pytest.mark.gpu,
@@ -19,7 +19,7 @@ pytestmark = [
 ]
 
 triton = pytest.importorskip("triton")
-from sglang_moe_plugins.plugins._mega_pre_dispatch_triton import PreDispatchTiling, pre_dispatch  # noqa: E402
+from sglang_moe_plugins.plugins.deep_gemm.pre_dispatch_triton import PreDispatchTiling, pre_dispatch  # noqa: E402
 
 
 def _activations(tokens: int, hidden: int, seed: int) -> torch.Tensor:
@@ -128,7 +128,7 @@ def test_reference_on_gpu_matches_cpu(variant: str) -> None:
 
 
 # -- the prepared pre-dispatch launcher (issue 12) ------------------------------------------------------
-from sglang_moe_plugins.plugins._mega_pre_dispatch_triton import prepare_pre_dispatch  # noqa: E402
+from sglang_moe_plugins.plugins.deep_gemm.pre_dispatch_triton import prepare_pre_dispatch  # noqa: E402
 
 
 @pytest.mark.parametrize("variant", ["fp8xfp4", "mxf4xmxf4", "sm90_fp8"])

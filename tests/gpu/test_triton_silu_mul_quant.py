@@ -26,7 +26,7 @@ from sglang_moe_plugins.ops.silu_mul_quant import (  # noqa: E402
 )
 from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference  # noqa: E402
 from sglang_moe_plugins.plugins.triton_smq.plugin import TritonPlugin  # noqa: E402
-from sglang_moe_plugins.testing.tolerance import POISON_FP8, POISON_SCALE_INT, poison  # noqa: E402
+from sglang_moe_plugins.testing.case import POISON_FP8, POISON_SCALE_INT, poison  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -96,7 +96,7 @@ def test_scale_when_the_absmax_comes_from_a_large_negative_gate(layout):
     1.03e-6 in an fp32 scale. The op's policy allows ``2^-23 * |g|`` for negative gates (docs/reliability.md).
     Every bf16 gate in [-87, -4], each the only non-zero value of its group, so that it is the absmax,
     with up in 2^-20 .. 2^20: within that policy against fp64, with fp32 intermediates required."""
-    from sglang_moe_plugins.testing.tolerance import STRICT, compare_with_fp64
+    from sglang_moe_plugins.testing.ops.silu_mul_quant import STRICT, compare_with_fp64
 
     gates = torch.arange(0x4080, 0x42AF, dtype=torch.int16).view(torch.bfloat16).float().neg()  # -4 ... -87
     n = -(-gates.numel() // 4) * 4

@@ -29,14 +29,7 @@ from typing import Any
 import torch
 
 from ...log import get_logger
-from .._triton_launch import (
-    LowLevelLaunch,
-    compile_specialisation,
-    next_pow2,
-    ordered_arguments,
-    pdl_supported,
-    triton_has_pdl,
-)
+from ..triton_common import LowLevelLaunch, compile_specialisation, next_pow2, ordered_arguments, pdl_supported, triton_has_pdl
 from .pre_dispatch_kernel import pre_dispatch_kernel
 
 __all__ = ["PreDispatchTiling", "choose_tiling", "pre_dispatch", "prepare_pre_dispatch", "PreDispatchLauncher", "FORMAT_CODES",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ...contract import Plugin, Support
 from ...hardware import Platform
 from ...ops.mega_moe import OP, MegaMoEConfig, MegaMoEInputs, MegaMoEOutputs, MegaMoEShape
-from ...ops.mega_moe_numerics import mega_moe_reference
+from ...ops.mega_moe.reference import mega_moe_reference
 
 __all__ = ["MegaReferencePlugin"]
 

@@ -24,7 +24,7 @@ import torch
 from ...errors import OutputValidationError
 from ...hardware import Platform
 from ...ops import mega_moe as mm
-from ...ops import mega_moe_numerics as nm
+from ...ops.mega_moe.reference import mega_moe_reference
 from ..case import FULL, SuiteCase, SuiteOptions, poison
 from .mega_moe_cases import MAX_CPU_CATALOG_RUNS, draw_cases, make_inputs, parse_batch
 
@@ -77,7 +77,7 @@ def compare_with_reference(
     if num_tokens == 0:
         return None
     expected = mm.allocate_outputs(shape, config, inputs.device, num_tokens=num_tokens)
-    nm.mega_moe_reference(inputs, expected, shape, config)
+    mega_moe_reference(inputs, expected, shape, config)
     return compare_rows(y[:num_tokens], expected.y[:num_tokens], inputs.topk_ids, shape.hidden, tolerance)
 
 

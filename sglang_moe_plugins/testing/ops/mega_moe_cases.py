@@ -38,7 +38,7 @@ from ...catalog import ModelSpec, load_catalog
 from ...errors import InvalidArgumentError
 from ...hardware import Platform
 from ...ops import mega_moe as mm
-from ...ops import mega_moe_numerics as nm
+from ...ops.mega_moe import formats as nm
 from ..case import SuiteCase, SuiteOptions, catalog_models
 
 __all__ = [
