@@ -1,4 +1,4 @@
-"""The counters of :mod:`.stats` in SGLang's Prometheus endpoint (``--enable-metrics``).
+"""The counters of :mod:`.counters` in SGLang's Prometheus endpoint (``--enable-metrics``).
 
 SGLang's scheduler processes report their metrics through prometheus_client's multiprocess mode
 (``PROMETHEUS_MULTIPROC_DIR``, set by SGLang before it starts them): each process increments ordinary

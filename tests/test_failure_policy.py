@@ -141,7 +141,7 @@ def test_unmodelled_calls_go_to_the_original_logged_once_per_kind(runner, caplog
     gateup, masked = data(e=2, n=4)
     before = api.get_selector().cache_info()["decisions"]
     from sglang_moe_plugins.integrations.sglang import entry
-    from sglang_moe_plugins.integrations.sglang.log_once import LogOnce
+    from sglang_moe_plugins.log import LogOnce
 
     logged = LogOnce()
     monkeypatch.setattr(entry, "_delegations_logged", logged)

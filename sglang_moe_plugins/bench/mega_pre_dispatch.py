@@ -4,6 +4,8 @@ bit-exact, timed against the device copy ceiling, and the tiling sweeps behind `
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
 import statistics
 import time

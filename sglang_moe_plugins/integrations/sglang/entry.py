@@ -34,7 +34,7 @@ from ...config import ON_CONFIG_ERROR_ENV, STOCK_ENV, config_error_policy
 from ...errors import ConfigError, MoEPluginsError
 from ...metrics import start_metrics_export
 from ...counters import EventCounter, counter
-from .log_once import LogOnce
+from ...log import LogOnce
 from .versions import TargetCheck, set_active_targets, version_case
 
 __all__ = ["OPS", "CALLS", "register", "hook_status", "delegate"]

@@ -53,7 +53,7 @@ from ...errors import InvalidArgumentError
 from ...log import get_logger
 from ...ops import mega_moe as mm
 from .entry import CALLS, delegate
-from .log_once import LogOnce
+from ...log import LogOnce
 from .mega_plan import MAX_PLANS, PLANS, MegaPlan, make_plan, remember
 from .mega_plan import clear as _clear_plans
 from .versions import MegaHost, active_target

@@ -21,7 +21,7 @@ import torch
 
 from ...log import get_logger
 from ...ops import mega_moe as mm
-from .log_once import LogOnce
+from ...log import LogOnce
 
 __all__ = ["MegaPlan", "PLANS", "MAX_PLANS", "make_plan", "remember", "clear"]
 

@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ...signatures import parameter_names
+
 __all__ = [
     "HookTarget",
     "TargetCheck",
@@ -210,7 +212,7 @@ def _check(target: HookTarget, label: str) -> TargetCheck:
     except Exception as exc:  # noqa: BLE001 - a missing target must never break start-up
         return TargetCheck(target.path, target.op, False, f"cannot resolve: {type(exc).__name__}: {exc}")
     try:
-        params = tuple(inspect.signature(fn).parameters)
+        params = parameter_names(fn)
     except (TypeError, ValueError) as exc:
         return TargetCheck(target.path, target.op, False, f"no inspectable signature: {exc}")
     if params != target.parameters:

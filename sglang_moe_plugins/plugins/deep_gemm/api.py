@@ -42,6 +42,7 @@ from types import ModuleType
 from typing import Any, Literal, Mapping
 
 from ...log import get_logger
+from ...signatures import ast_parameter_names, parameter_names
 
 __all__ = [
     "Flavour",
@@ -183,13 +184,8 @@ def _ordered(signatures: Mapping[str, tuple[str, ...]]) -> tuple[tuple[str, tupl
 # -- static detection -------------------------------------------------------------------------------
 
 
-def _param_names(args: ast.arguments) -> tuple[str, ...]:
-    names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
-    return tuple(names)
-
-
 def _function_params(tree: ast.Module) -> dict[str, tuple[str, ...]]:
-    return {node.name: _param_names(node.args) for node in tree.body if isinstance(node, ast.FunctionDef)}
+    return {node.name: ast_parameter_names(node.args) for node in tree.body if isinstance(node, ast.FunctionDef)}
 
 
 def _names_from_mega(tree: ast.Module) -> set[str]:
@@ -299,7 +295,7 @@ def api_of_module(module: ModuleType | Any, environ: Mapping[str, str] | None = 
         if not callable(fn):
             continue
         try:
-            signatures[name] = tuple(inspect.signature(fn).parameters)
+            signatures[name] = parameter_names(fn)
         except (TypeError, ValueError):
             signatures[name] = ()
     mega = getattr(module, "mega", None)

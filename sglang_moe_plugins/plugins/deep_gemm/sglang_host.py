@@ -18,6 +18,7 @@ import sys
 from typing import Any, Callable
 
 from ...errors import KernelNotAvailableError
+from ...signatures import accepted_keywords
 from .api import DeepGemmApi
 
 __all__ = ["HOST_BUFFER_KEYWORDS", "host_helpers", "sglang_installed", "sglang_jit_pre_dispatch"]
@@ -48,13 +49,7 @@ def _host_buffer_keywords(function: Callable[..., Any]) -> frozenset[str] | None
     """The keywords of :data:`HOST_BUFFER_KEYWORDS` that ``function`` takes (its signature, read once per
     function): 0.5.21 takes ``mma_type`` only, 0.5.22 adds ``num_shared_experts``, 0.5.23 ``activation``.
     None when the signature cannot be read."""
-    try:
-        parameters = inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return frozenset(HOST_BUFFER_KEYWORDS)
-    return frozenset(k for k in HOST_BUFFER_KEYWORDS if k in parameters)
+    return accepted_keywords(function, HOST_BUFFER_KEYWORDS)
 
 
 def _host_buffer(get_buffer: Callable[..., Any], keywords: frozenset[str]) -> Callable[..., Any]:
