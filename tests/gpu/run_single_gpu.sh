@@ -10,7 +10,7 @@ mkdir -p "$OUT"
 T0=$(date +%s)
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > "$OUT/env.txt" 2>&1
 rm -rf /tmp/di
-python3 benchmarks/checkout_dist_info.py /tmp/di >> "$OUT/env.txt" 2>&1
+PYTHONPATH=$PWD python3 benchmarks/checkout_dist_info.py /tmp/di >> "$OUT/env.txt" 2>&1
 export PYTHONPATH=/tmp/site:/tmp/di:$PWD:$PWD/tests:$PWD/tests/gpu
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export GIT_COMMIT=${GIT_COMMIT:-unknown} SGLANG_MOE_PLUGINS_COMMIT=${GIT_COMMIT:-unknown}
