@@ -277,9 +277,8 @@ def test_unreadable_config_path_is_a_config_error_at_load_plugins(tmp_path, kind
 
 
 def test_mega_hook_binds_once_per_plan(runner, monkeypatch):
-    """The hooked MegaMoE call binds its op once per layer plan and selector, and the selector keeps it
-    (keyed by the plan); a repeated call runs the bound op (no selection, no bind); a new selector
-    (reload) is bound afresh."""
+    """The hooked MegaMoE call binds its op once per shape key and selector, and the selector keeps it; a
+    repeated call runs that bound op (no selection, no new bound op); a new selector (reload) is bound afresh."""
     require_mega_target()
     import sglang.srt.layers.moe.mega_moe as host
     from _mega_cases import make_problem
@@ -293,22 +292,23 @@ def test_mega_hook_binds_once_per_plan(runner, monkeypatch):
     first = _mega_call(host, problem).clone()
     selector = api.get_selector()
     (plan,) = ma.PLANS.values()
-    bound = selector.call_cache[plan]
+    bound = selector.bind("mega_moe", plan.shape, plan.config)  # the one the Selector keeps (a dict hit)
     assert bound.name == "mega_reference" and bound.checked
 
-    def no_bind(*a, **k):
+    def no_new_bound_op(*a, **k):
         raise AssertionError("a repeated call bound the op again")
 
-    selector.bind = no_bind  # an instance attribute, deleted below
+    selector._make_bound = no_new_bound_op  # an instance attribute, deleted below
     try:
         for _ in range(2):
             assert torch.equal(_mega_call(host, problem), first)
     finally:
-        del selector.bind
+        del selector._make_bound
     assert selector.cache_info()["decisions"] == 1
     api.reload(UserConfig(), entry_points=[MEGA_REFERENCE])
     assert torch.equal(_mega_call(host, problem), first)
     fresh = api.get_selector()
     assert fresh is not selector and fresh.cache_info()["bound"] == 1
-    assert any(fresh.call_cache.get(p) is not None for p in ma.PLANS.values())
+    # Nothing is cached by plan (a dropped plan would stay in the Selector's raw-key cache for ever).
+    assert not any(p in fresh.call_cache for p in ma.PLANS.values())
     ma.reset()

@@ -67,6 +67,21 @@ def sglang_kwargs(topk: int, limit: float | None, tokens: int) -> dict:
                 gemm1_clamp_limit=None, num_real_tokens=tokens, silu_mul_keep_fp32=False)
 
 
+def _call_setup(e: int, n: int, d: int, topk: int, limit: float | None, device: str) -> tuple:
+    """One shape's inputs, SGLang's keyword arguments, the op's shape and config, outputs and scale layout."""
+    from ..ops import silu_mul_quant as smq
+
+    gateup, masked = inputs_for(e, n, d, device)
+    kwargs = sglang_kwargs(topk, limit, tokens=n)
+    layout = "row_major" if limit is not None else "column_major"
+    shape, config = smq.describe(gateup, masked, group_size=128, topk=topk, swiglu_limit=limit, scale_layout=layout)
+    inputs = smq.SiluMulQuantInputs(gateup, masked, n, gateup_writable=True)
+    outputs = smq.allocate_outputs(shape, config, gateup.device)
+    sizes, strides = smq.expected_scale_strides(shape, config)
+    return gateup, masked, kwargs, shape, config, inputs, outputs, sizes, strides
+
+
+
 # ------------------------------------------------------------------------------------------ cpu
 NOOP_MODULE = '''
 """Do-nothing silu_mul_quant plugins for benchmarks/host_overhead.py (installed for the run only)."""
@@ -127,13 +142,7 @@ def cpu_section(repeats: int, calls: int) -> dict:
         return {"skipped": f"{SMQ_TARGET} is not hooked after load_plugins()", "rows": []}
     rows = []
     for label, e, n, d, topk, limit, _ in CPU_SHAPES:
-        gateup, masked = inputs_for(e, n, d, "cpu")
-        kwargs = sglang_kwargs(topk, limit, tokens=n)
-        layout = "row_major" if limit is not None else "column_major"
-        shape, config = smq.describe(gateup, masked, group_size=128, topk=topk, swiglu_limit=limit, scale_layout=layout)
-        inputs = smq.SiluMulQuantInputs(gateup, masked, n, gateup_writable=True)
-        outputs = smq.allocate_outputs(shape, config, gateup.device)
-        sizes, strides = smq.expected_scale_strides(shape, config)
+        gateup, masked, kwargs, shape, config, inputs, outputs, sizes, strides = _call_setup(e, n, d, topk, limit, "cpu")
         alloc = time_calls(
             lambda: (torch.empty((e, n, d), dtype=torch.float8_e4m3fn), torch.empty_strided(sizes, strides, dtype=torch.float32)),
             repeats, calls)
@@ -238,13 +247,7 @@ def gpu_section(repeats: int, calls: int, jit_root: pathlib.Path, prebuilt: path
             rows.append(row(path, label, None, f"failed: {type(exc).__name__}: {exc}"[:300]))
 
     for label, e, n, d, topk, limit, sglang_too in SHAPES:
-        gateup, masked = inputs_for(e, n, d, "cuda")
-        kwargs = sglang_kwargs(topk, limit, tokens=n)
-        layout = "row_major" if limit is not None else "column_major"
-        shape, config = smq.describe(gateup, masked, group_size=128, topk=topk, swiglu_limit=limit, scale_layout=layout)
-        inputs = smq.SiluMulQuantInputs(gateup, masked, n, gateup_writable=True)
-        outputs = smq.allocate_outputs(shape, config, gateup.device)
-        sizes, strides = smq.expected_scale_strides(shape, config)
+        gateup, masked, kwargs, shape, config, inputs, outputs, sizes, strides = _call_setup(e, n, d, topk, limit, "cuda")
         add("`torch.empty_like(scale)`", label, lambda: torch.empty_like(outputs.scale))
         add("`torch.empty` of both outputs", label,
             lambda: (torch.empty((e, n, d), dtype=torch.float8_e4m3fn, device="cuda"),

@@ -343,18 +343,20 @@ class Registry:
                 enabled, status = False, "disabled (off by default; add it to 'enable')"
             if name in config.priority:
                 status += f"; priority {priority} " + config.provenance.get(f"priority:{name}", "set by config")
-            options = _merge_options(name, attrs.options, config.options.get(name, {}), config.source, plugin)
-            if options:
-                try:
+            options = MappingProxyType(dict(attrs.options))
+            try:  # a check_options or options setter that breaks is this plugin's problem only
+                options = _merge_options(name, attrs.options, config.options.get(name, {}), config.source, plugin)
+                if options:
                     plugin.options = options
-                except AttributeError as exc:
+            except AttributeError as exc:
+                if config.options.get(name):  # the user's values cannot reach the plugin (no default-only case)
                     raise ConfigError(f"plugin {name!r} does not accept options: {exc}") from None
-                except _PASS_THROUGH:
-                    raise
-                except BaseException as exc:  # noqa: BLE001 - a raising setter: this plugin's problem only
-                    problems.append(LoadProblem(name, info.value if info else type(plugin).__name__, dist,
-                                                f"setting its options raised {_failure(exc)}", info.version if info else None))
-                    continue
+            except (ConfigError, *_PASS_THROUGH):
+                raise
+            except BaseException as exc:  # noqa: BLE001
+                problems.append(LoadProblem(name, info.value if info else type(plugin).__name__, dist,
+                                            f"setting its options raised {_failure(exc)}", info.version if info else None))
+                continue
             if info is not None:
                 builtin, version = info.builtin, info.version
             else:

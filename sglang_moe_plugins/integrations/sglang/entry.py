@@ -23,6 +23,7 @@ the default), or no hooks at all (``"stock"``); ops named in ``stock`` are never
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
@@ -131,7 +132,13 @@ def register() -> None:
 def _failing_hook(op: str, error: BaseException) -> Callable[..., Any]:
     def failing(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         CALLS[op].hit()
-        raise error.with_traceback(None)
+        # A fresh copy per call: one shared instance would carry the last call's traceback (and its
+        # tensors), and concurrent raises would overwrite each other's.
+        try:
+            fresh = copy.copy(error)
+        except Exception:  # noqa: BLE001 - an exception that cannot be copied: raise the original
+            fresh = error
+        raise fresh.with_traceback(None) from None
 
     failing.__name__ = f"{op}_hook_failing_closed"
     return failing

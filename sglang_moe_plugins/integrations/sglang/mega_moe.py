@@ -255,8 +255,8 @@ def run(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwar
     cannot (the experts object, the weight tensors) a hit checks against the plan's weak references, with
     the batch's consequences (``topk`` shapes, the cap). The flags that decide delegation
     (``routing_in_buffer``, NVFP4, weights built) are in the key: a call that must go to SGLang never
-    finds a plan. The op is bound once per plan and selector (the Selector keeps it, keyed by the plan):
-    a repeated call does no selection, no shape hashing, no output revalidation."""
+    finds a plan. The op is bound once per shape key by the Selector (a repeated call is a dict hit: no
+    selection, no output revalidation)."""
     get = kwargs.get
     try:
         l1, l2 = experts.mega_l1_weights, experts.mega_l2_weights
@@ -304,14 +304,10 @@ def run(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwar
                               None if shared is None else (shared[0](), shared[1]()),
                               None if shared is None else (shared[2](), shared[3]()), plan.ep_group)
     outputs = mm.MegaMoEOutputs(torch.empty((tokens or 1, plan.dims[0]), dtype=torch.bfloat16, device=plan.device))
+    # The Selector keeps the bound op (a dict hit on a known key): nothing keyed by the plan is cached, so
+    # plans that are dropped (freed layers, reloaded weights) leave nothing behind.
     selector = api.current_selector()
-    bound = selector.call_cache.get(plan)
-    if bound is not None:
-        outputs = selector.call(bound, inputs, outputs)
-    else:
-        bound = selector.bind(_OP, plan.shape, plan.config)
-        outputs = selector.call(bound, inputs, outputs)
-        selector.remember(plan, bound)  # once its outputs were checked, while it is the key's current bound op
+    outputs = selector.call(selector.bind(_OP, plan.shape, plan.config), inputs, outputs)
     return _result(plan, outputs, tokens)
 
 
