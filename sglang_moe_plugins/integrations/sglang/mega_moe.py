@@ -49,7 +49,7 @@ from typing import Any, Callable
 import torch
 
 from ... import api
-from ...errors import InvalidArgumentError
+from ...errors import InvalidArgumentError, OutputValidationError
 from ...log import get_logger
 from ...ops import mega_moe as mm
 from .entry import CALLS, delegate
@@ -307,7 +307,11 @@ def run(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwar
     # The Selector keeps the bound op (a dict hit on a known key): nothing keyed by the plan is cached, so
     # plans that are dropped (freed layers, reloaded weights) leave nothing behind.
     selector = api.current_selector()
-    outputs = selector.call(selector.bind(_OP, plan.shape, plan.config), inputs, outputs)
+    bound = selector.bind(_OP, plan.shape, plan.config)
+    outputs = selector.call(bound, inputs, outputs)
+    if outputs.y.shape[0] < (tokens or 1):  # a plugin's own y: this call's tokens are not in the shape key
+        raise OutputValidationError(f"plugin {bound.name!r} returned y.shape={tuple(outputs.y.shape)} for "
+                                    f"num_tokens={tokens}; the host requires [max(num_tokens, 1), {plan.dims[0]}]")
     return _result(plan, outputs, tokens)
 
 
