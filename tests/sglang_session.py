@@ -4,9 +4,23 @@ from __future__ import annotations
 
 import functools
 import os
+from importlib.metadata import EntryPoint
 
 SMQ_TARGET = "sglang.srt.layers.moe.moe_runner.deep_gemm._varlen_deep_gemm_silu_mul_quant"
 MEGA_TARGET = "sglang.srt.layers.moe.mega_moe.run_mega_routed_experts"
+
+
+def ep(name: str, value: str) -> EntryPoint:
+    """A kernel-plugin entry point (group ``sglang_moe_plugins.kernels``), as ``api.reload(entry_points=...)`` takes."""
+    from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP
+
+    return EntryPoint(name, value, ENTRY_POINT_GROUP)
+
+
+#: The built-ins the policy tests register by hand (their pyproject entry points).
+REFERENCE = ep("reference", "sglang_moe_plugins.plugins.reference.silu_mul_quant:ReferencePlugin")
+TRITON = ep("triton", "sglang_moe_plugins.plugins.triton_smq.plugin:TritonPlugin")
+MEGA_REFERENCE = ep("mega_reference", "sglang_moe_plugins.plugins.reference.mega_moe:MegaReferencePlugin")
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,7 +11,6 @@ function (docs/reliability.md, "Failure policy").
 from __future__ import annotations
 
 import logging
-from importlib.metadata import EntryPoint
 
 import pytest
 import torch
@@ -19,25 +18,18 @@ import torch
 pytest.importorskip("sglang")
 
 from sglang_probe import run_probe  # noqa: E402
-from sglang_session import MEGA_TARGET, SMQ_TARGET, hooked_targets, loaded_sglang, require_mega_target  # noqa: E402
+from sglang_session import (  # noqa: E402
+    MEGA_REFERENCE, MEGA_TARGET, REFERENCE, SMQ_TARGET, TRITON, ep, hooked_targets, loaded_sglang, require_mega_target,
+)
 
 from sglang_moe_plugins import InvalidArgumentError, NoPluginAvailableError, UserConfig, Verdict, api  # noqa: E402
 from sglang_moe_plugins.config import parse_config  # noqa: E402
 from sglang_moe_plugins.ops import get_op  # noqa: E402
 from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
-from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP  # noqa: E402
 
 pytestmark = pytest.mark.sglang
 LOGGER = "sglang_moe_plugins"
 
-
-def ep(name: str, value: str) -> EntryPoint:
-    return EntryPoint(name, value, ENTRY_POINT_GROUP)
-
-
-REFERENCE = ep("reference", "sglang_moe_plugins.plugins.reference.silu_mul_quant:ReferencePlugin")
-TRITON = ep("triton", "sglang_moe_plugins.plugins.triton_smq.plugin:TritonPlugin")
-MEGA_REFERENCE = ep("mega_reference", "sglang_moe_plugins.plugins.reference.mega_moe:MegaReferencePlugin")
 
 
 @pytest.fixture(scope="module")

@@ -13,32 +13,23 @@ functions (docs/reliability.md):
 from __future__ import annotations
 
 import logging
-from importlib.metadata import EntryPoint
 
 import pytest
 import torch
 
 pytest.importorskip("sglang")
 
-from sglang_session import loaded_sglang, require_mega_target  # noqa: E402
+from sglang_session import MEGA_REFERENCE, REFERENCE, ep, loaded_sglang, require_mega_target  # noqa: E402
 
 from sglang_moe_plugins import ConfigError, InvalidArgumentError, OutputValidationError, Registry, UserConfig, api  # noqa: E402
 from sglang_moe_plugins.config import load_config, parse_config  # noqa: E402
 from sglang_moe_plugins.ops import mega_moe as mm  # noqa: E402
 from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
 from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference  # noqa: E402
-from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP  # noqa: E402
 
 pytestmark = pytest.mark.sglang
 LOGGER = "sglang_moe_plugins"
 
-
-def ep(name: str, value: str) -> EntryPoint:
-    return EntryPoint(name, value, ENTRY_POINT_GROUP)
-
-
-REFERENCE = ep("reference", "sglang_moe_plugins.plugins.reference.silu_mul_quant:ReferencePlugin")
-MEGA_REFERENCE = ep("mega_reference", "sglang_moe_plugins.plugins.reference.mega_moe:MegaReferencePlugin")
 
 
 @pytest.fixture(scope="module")

@@ -181,7 +181,8 @@ def sglang_dsv4_branch(dsv4_wrapper: Callable[..., None], ue8m0: bool):
 
     def original(gateup_output, masked_m, group_size, topk, swiglu_limit=None, swizzle=False, gemm1_alpha=None,
                  gemm1_clamp_limit=None, num_real_tokens=None, silu_mul_keep_fp32=False):
-        assert masked_m is not None
+        if masked_m is None:  # SGLang's own asserts, kept as raises (an assert vanishes under python -O)
+            raise AssertionError("masked_m is required")
         hidden_states_device = gateup_output.device
         E, N, D_2 = gateup_output.shape
         D = D_2 // 2
@@ -192,7 +193,9 @@ def sglang_dsv4_branch(dsv4_wrapper: Callable[..., None], ue8m0: bool):
         if gemm1_alpha is not None:
             raise NotImplementedError("gpt-oss branch not built for the benchmark")
         if swiglu_limit is not None or swizzle or silu_mul_keep_fp32:
-            assert N % 4 == 0 and G % 4 == 0 and D // 8 >= E
+            if not (N % 4 == 0 and G % 4 == 0 and D // 8 >= E):
+                raise AssertionError(f"DSV4 JIT activation requires N % 4 == 0, G % 4 == 0 and D // 8 >= num_experts, "
+                                     f"got N={N} G={G} D={D} E={E}")
             packed_ue8m0 = ue8m0
             down_input = torch.empty((E, N, D), device=hidden_states_device, dtype=torch.float8_e4m3fn)
             down_input_scale = torch.empty((E, G // 4, N) if packed_ue8m0 else (E, N, G), device=hidden_states_device,
