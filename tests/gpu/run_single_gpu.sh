@@ -8,19 +8,7 @@ set -u
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
 T0=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > "$OUT/env.txt" 2>&1
-rm -rf /tmp/di
-PYTHONPATH=$PWD python3 benchmarks/checkout_dist_info.py /tmp/di >> "$OUT/env.txt" 2>&1
-export PYTHONPATH=/tmp/site:/tmp/di:$PWD:$PWD/tests:$PWD/tests/gpu
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export GIT_COMMIT=${GIT_COMMIT:-unknown} SGLANG_MOE_PLUGINS_COMMIT=${GIT_COMMIT:-unknown}
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  python3 -c "import sys, torch, deep_gemm; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda); print('deep_gemm', deep_gemm.__version__)"
-  python3 -c "import triton; print('triton', triton.__version__)"
-  python3 -c "import importlib.metadata as m; print('entry points', sorted(e.name for e in m.entry_points(group='sglang_moe_plugins.kernels')))"
-  echo "commit $GIT_COMMIT"
-} >> "$OUT/env.txt" 2>&1
+source "$(dirname "$0")/gpu_env.sh"
 XDIST=""
 python3 -c "import xdist" 2>/dev/null && XDIST="-n ${XDIST_WORKERS:-6}"
 timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest -q -rfE -p no:cacheprovider $XDIST --durations=10 \
