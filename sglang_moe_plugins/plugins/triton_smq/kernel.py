@@ -226,10 +226,17 @@ def _silu_mul_quant_kernel(
     PREFETCH: tl.constexpr,
     FAST: tl.constexpr,
     USE_PDL: tl.constexpr,
+    EARLY_TRIGGER: tl.constexpr,  # let the next kernel launch at once (it still waits for our completion)
+    IDLE_EXIT: tl.constexpr,  # a program without work items leaves before waiting for the previous kernel
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     e_offs = tl.arange(0, BLOCK_E)
+    if USE_PDL:
+        if EARLY_TRIGGER:
+            # griddepcontrol.launch_dependents only lets the next kernel start its own prologue: its
+            # griddepcontrol.wait still returns after this whole grid has completed and its writes are visible.
+            tl.extra.cuda.gdc_launch_dependents()
 
     # Prologue: count the row-block tiles of the real rows, take an equal share of the work items,
     # find the expert and row block of the first one.
@@ -287,8 +294,14 @@ def _silu_mul_quant_kernel(
     if USE_PDL:
         # Programmatic dependent launch: masked_m was read above, as SGLang's kernel does; the input
         # of the previous kernel (gateup) and our outputs are touched only after it has completed.
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+        # A program without items touches neither, so with IDLE_EXIT it does not wait at all.
+        if IDLE_EXIT:
+            if start < end:
+                tl.extra.cuda.gdc_wait()
+        else:
+            tl.extra.cuda.gdc_wait()
+        if not EARLY_TRIGGER:
+            tl.extra.cuda.gdc_launch_dependents()
 
     if FAST:  # compiled for the GPU: one scf.for over this program's items
         if PREFETCH:

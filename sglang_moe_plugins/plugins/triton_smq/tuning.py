@@ -27,6 +27,8 @@ class KernelConfig:
     prefetch: bool = False
     max_registers: int | None = None
     waves: int = 1
+    early_trigger: bool = False
+    idle_exit: bool = False
 
 
 _DECODE_ROWS = 2048
