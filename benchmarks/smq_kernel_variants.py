@@ -49,19 +49,24 @@ PREBUILT = ROOT / ".device/sgl_prebuilt"
 def variants(case: Case) -> dict[str, KernelConfig]:
     """The configurations timed on ``case``: the default, then changes of PDL handling, grid and tile."""
     base = choose_config(case.E, case.N, case.D, case.gs, case.topk)
-    new = dataclasses.replace(base, early_trigger=True, idle_exit=True)
-    out = {"default": base, "early_trigger": dataclasses.replace(base, early_trigger=True),
-           "idle_exit": dataclasses.replace(base, idle_exit=True), "et_ie": new}
+    ie = dataclasses.replace(base, idle_exit=True)
+    r = dataclasses.replace
+    out = {"default": base, "idle_exit": ie, "et_ie": r(ie, early_trigger=True)}
     if case.phase == "decode":
-        out["et_ie_c8"] = dataclasses.replace(new, ctas_per_sm=8)
-        out["et_ie_c16"] = dataclasses.replace(new, ctas_per_sm=16)
-        out["et_ie_c16_pf"] = dataclasses.replace(new, ctas_per_sm=16, prefetch=True)
-    else:
-        out["et_ie_w1"] = dataclasses.replace(new, waves=1)
-        out["et_ie_w4"] = dataclasses.replace(new, waves=4)
-        out["et_ie_c16_w1_pf"] = dataclasses.replace(new, ctas_per_sm=16, waves=1, prefetch=True)
+        out.update(ie_c8=r(ie, ctas_per_sm=8), ie_c16=r(ie, ctas_per_sm=16), ie_c16_pf=r(ie, ctas_per_sm=16, prefetch=True),
+                   ie_c8_pf=r(ie, ctas_per_sm=8, prefetch=True), ie_warps8=r(ie, num_warps=8),
+                   ie_warps8_c8=r(ie, num_warps=8, ctas_per_sm=8))
+        if base.block_m > 1:
+            half = r(ie, block_m=base.block_m // 2)
+            out.update(ie_half_c8=r(half, ctas_per_sm=8), ie_half_c16=r(half, ctas_per_sm=16))
+    elif case.E <= 64:
+        out.update(ie_w4=r(ie, waves=4), et_ie_w4=r(ie, waves=4, early_trigger=True), ie_w6=r(ie, waves=6),
+                   ie_w8=r(ie, waves=8))
         if case.D == 1536:
-            out["et_ie_16x256_w8"] = dataclasses.replace(new, block_m=16, block_c=256, num_warps=8)
+            out["ie_w4_16x256_w8"] = r(ie, block_m=16, block_c=256, num_warps=8, waves=4)
+    else:
+        out.update(ie_c4_w2=r(ie, ctas_per_sm=4, waves=2), ie_c8_w2=r(ie, waves=2), ie_c16=r(ie, ctas_per_sm=16),
+                   ie_c4=r(ie, ctas_per_sm=4))
     return out
 
 

@@ -327,9 +327,11 @@ def test_choose_config_is_a_pure_function_of_sizes():
         assert cfg.block_c & (cfg.block_c - 1) == 0 and cfg.block_c % gs == 0
         assert cfg.block_m & (cfg.block_m - 1) == 0 and cfg.block_m >= 1
         assert cfg.block_m * cfg.block_c <= 16384
-        compiled = (cfg.block_m, cfg.block_c, cfg.num_warps, cfg.prefetch)
-        assert all(compiled == (c.block_m, c.block_c, c.num_warps, c.prefetch)
-                   for c in (choose_config(E, n, D, gs) for n in (1, 7, 64, 1000, 65536)))
+        # the compiled part depends on N only through the regime: one kernel for E > 64, a decode and a
+        # prefill one for E <= 64, whichever the token count
+        compiled = {(c.block_m, c.block_c, c.num_warps, c.prefetch, c.idle_exit, c.early_trigger)
+                    for c in (choose_config(E, n, D, gs) for n in (1, 7, 64, 256, 257, 1000, 65536))}
+        assert len(compiled) == (1 if E > 64 else 2), compiled
 
 
 # ------------------------------------------------------------------------------ grid sizing
@@ -355,15 +357,23 @@ def test_resident_programs_fallback_bound_from_registers_and_shared(monkeypatch)
 
 def test_choose_config_waves_by_regime():
     K = pytest.importorskip("sglang_moe_plugins.plugins.triton_smq.tuning")
+    # E <= 64 at decode sizes (N * topk <= 2048): 1024-element items, up to 16 programs per SM, idle programs
+    # leave at once, at most 3/4 of the row bound's items launched (DSV4-Flash EP8: 1024 rows x 2 chunks)
     decode = K.choose_config(32, 128, 2048, 128)
-    assert (decode.ctas_per_sm, decode.waves) == (4, 1)
+    assert (decode.block_m, decode.block_c, decode.ctas_per_sm, decode.waves) == (1, 1024, 16, 1)
+    assert decode.idle_exit and not decode.early_trigger and decode.max_programs == 1536
+    # E <= 64 at prefill sizes: 2048-element items, four waves, the same cap
     few = K.choose_config(48, 2048, 2048, 128)
-    assert (few.ctas_per_sm, few.waves) == (16, 2)
+    assert (few.block_m, few.ctas_per_sm, few.waves, few.max_programs) == (2, 16, 4, 12288) and few.idle_exit
+    # E > 64: as before, one compiled kernel for every N; 4 per SM at decode, one wave of 8 beyond
     many = K.choose_config(128, 1024, 768, 128)
-    assert (many.ctas_per_sm, many.waves) == (8, 1)
-    # the compiled part does not depend on N (one kernel per shape family)
-    assert {(c.block_m, c.block_c, c.num_warps) for c in (K.choose_config(48, n, 2048, 128) for n in (7, 128, 4096))} \
-        == {(few.block_m, few.block_c, few.num_warps)}
+    assert (many.ctas_per_sm, many.waves, many.idle_exit, many.max_programs) == (8, 1, False, None)
+    assert K.choose_config(128, 64, 768, 128).ctas_per_sm == 4
+    assert {(c.block_m, c.block_c, c.num_warps) for c in (K.choose_config(128, n, 768, 128) for n in (7, 128, 4096))} \
+        == {(many.block_m, many.block_c, many.num_warps)}
+    # E <= 64: two compiled kernels per family, switching where N * topk crosses 2048
+    tiles = {n: (K.choose_config(48, n, 2048, 128).block_m) for n in (7, 128, 256, 257, 4096)}
+    assert tiles == {7: 1, 128: 1, 256: 1, 257: 2, 4096: 2}
 
 
 # ------------------------------------------------------------------ prepared launch

@@ -165,9 +165,12 @@ def smq_table(results: list[dict], bw: float, device: str, date: str) -> str:
              "CUDA-graph replays, inputs rotated beyond L2. frac = floor / time. x_jit = jit_ep time / triton time "
              "(triton in jit_ep's layout). same-bytes copy: a plain device copy moving the case's floor bytes, timed "
              "the same way (what a copy reaches at this size).", "",
-             "| case | E | N | D | rows | scales | limit | floor us | triton us (frac) | jit_ep us (frac) | x_jit "
-             "| fp8_fallback us (frac) | same-bytes copy us (frac) | reference us | check |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "triton v7 = the same kernel with kernel v7's launch configuration (the run before), same layout; "
+             "v7/now = its time / triton's. copy/triton = same-bytes copy time / triton's; triton - copy = the difference (us).", "",
+             "| case | E | N | D | rows | scales | limit | floor us | triton us (frac) | triton v7 us | v7/now "
+             "| jit_ep us (frac) | x_jit | x_jit v7 | fp8_fallback us (frac) | same-bytes copy us (frac) "
+             "| copy/triton | triton - copy us | reference us | check |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         c = r["case"]
         p = r["paths"]
@@ -180,11 +183,19 @@ def smq_table(results: list[dict], bw: float, device: str, date: str) -> str:
                 return "ERR"
             return f"{v['us']:.2f} ({v['frac']:.2f})"
 
-        ratio = "-"
-        if "jit_ep" in p and "us" in p["jit_ep"]:
-            tri = p.get("triton_rm" if c["layout"] == "column_major" else "triton")
-            if tri and "us" in tri:
-                ratio = f"{p['jit_ep']['us'] / tri['us']:.2f}"
+        def us(k):
+            v = p.get(k, {})
+            return f"{v['us']:.2f}" if "us" in v else "-"
+
+        def over(a, b, fmt="{:.2f}"):
+            va, vb = p.get(a, {}), p.get(b, {})
+            return fmt.format(va["us"] / vb["us"]) if "us" in va and "us" in vb else "-"
+
+        rm = "_rm" if c["layout"] == "column_major" else ""
+        ratio = over("jit_ep", "triton" + rm, "{:.3f}")
+        ratio_v7 = over("jit_ep", "triton_v7" + rm, "{:.3f}")
+        cp, tr = p.get("copy_same_bytes", {}), p.get("triton", {})
+        gap = f"{tr['us'] - cp['us']:+.2f}" if "us" in cp and "us" in tr else "-"
         jit_cell = cell("jit_ep") if "jit_ep" in p else ("rejected" if r.get("jit_rejected") else "-")
         checks = r.get("checks", {})
         ok = "ok" if all(v.get("pass") for k, v in checks.items() if k.startswith("triton")) else "FAIL"
@@ -195,8 +206,9 @@ def smq_table(results: list[dict], bw: float, device: str, date: str) -> str:
             scales += " swz"
         ref = f"{p['reference']['us']:.0f}" if "us" in p.get("reference", {}) else "-"
         lines.append(f"| {c['name']} | {c['E']} | {c['N']} | {c['D']} | {r['rows']} | {scales} | {c['limit'] or '-'} "
-                     f"| {r['floor_us']:.2f} | {cell('triton')} | {jit_cell} | {ratio} | {cell('fp8_fallback')} "
-                     f"| {cell('copy_same_bytes')} | {ref} | {ok} |")
+                     f"| {r['floor_us']:.2f} | {cell('triton')} | {us('triton_v7')} | {over('triton_v7', 'triton')} "
+                     f"| {jit_cell} | {ratio} | {ratio_v7} | {cell('fp8_fallback')} | {cell('copy_same_bytes')} "
+                     f"| {over('copy_same_bytes', 'triton', '{:.3f}')} | {gap} | {ref} | {ok} |")
     return "\n".join(lines)
 
 
@@ -223,6 +235,7 @@ def smq_summary(results: list[dict]) -> dict:
         base = c["name"].replace(" skew", "")
         skew.setdefault(base, {})["skew" if c["routing"] == "skew" else "uniform"] = tri["us"]
     geo = math.exp(sum(math.log(x) for _, x in ratios) / len(ratios)) if ratios else float("nan")
+    edge = _edge_targets(results)
     skews = {k: v["skew"] / v["uniform"] for k, v in skew.items() if "skew" in v and "uniform" in v}
     return {
         "vs_jit": {"per_case": ratios, "min": min((x for _, x in ratios), default=None), "geomean": geo,
@@ -235,6 +248,31 @@ def smq_summary(results: list[dict]) -> dict:
         "jit_rejected_frac": {"per_case": rejected, "min": min((x for _, x in rejected), default=None),
                               "target": ">= 0.80"},
         "skew_ratio": {"per_case": skews, "max": max(skews.values(), default=None), "target": "<= 1.10"},
+        **edge,
+    }
+
+
+def _edge_targets(results: list[dict]) -> dict:
+    """Issue 22's targets: against the same-bytes copy (prefill >= 0.97 of it, decode within 0.5 us) and
+    against kernel v7 (no shape slower)."""
+    prefill, decode, v7 = [], [], []
+    for r in results:
+        c, p = r["case"], r["paths"]
+        tri, cp, old = p.get("triton", {}), p.get("copy_same_bytes", {}), p.get("triton_v7", {})
+        if "us" in tri and "us" in cp:
+            if c["phase"] == "decode":
+                decode.append((c["name"], tri["us"] - cp["us"]))
+            else:
+                prefill.append((c["name"], cp["us"] / tri["us"]))
+        if "us" in tri and "us" in old:
+            v7.append((c["name"], old["us"] / tri["us"]))
+    return {
+        "prefill_vs_same_bytes_copy": {"per_case": prefill, "min": min((x for _, x in prefill), default=None),
+                                       "target": ">= 0.97"},
+        "decode_minus_same_bytes_copy_us": {"per_case": decode, "max": max((x for _, x in decode), default=None),
+                                            "target": "<= 0.5"},
+        "v7_over_now": {"per_case": v7, "min": min((x for _, x in v7), default=None),
+                        "target": ">= 1.0 (no shape slower than kernel v7)"},
     }
 
 

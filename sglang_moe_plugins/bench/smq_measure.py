@@ -18,8 +18,9 @@ import torch
 from ..ops.silu_mul_quant import SiluMulQuantInputs, SiluMulQuantOutputs, allocate_outputs, real_rows
 from ..plugins.reference import silu_mul_quant_reference
 from ..testing.case import POISON_FP8, POISON_SCALE_INT, poison
-from .smq_cases import CASES, REFERENCE_TIMED, Case, floor_us, masked_counts, sweep_variants
+from .smq_cases import CASES, REFERENCE_TIMED, Case, floor_us, masked_counts, sweep_variants, v7_config
 from .smq_paths import Paths
+from ..plugins.triton_smq.tuning import KernelConfig
 from .timing import graph_time_us, random_gateup
 
 __all__ = ["eager_time_us", "compare", "bench_case", "parallel_warm", "run_sweep"]
@@ -82,7 +83,9 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log) -> dict:
     x = random_gateup(case.E, case.N, case.D, gen)
     checks: dict = {}
     jit_via, fb_via = paths.jit_via(case), paths.fb_via(case)
-    todo = [("triton", case.layout, lambda o: paths.run_triton(x, masked_m, o, case))]
+    v7 = KernelConfig(**v7_config(case))
+    todo = [("triton", case.layout, lambda o: paths.run_triton(x, masked_m, o, case)),
+            ("triton_v7", case.layout, lambda o: paths.run_triton(x, masked_m, o, case, kcfg=v7))]
     if case.layout == "column_major":
         todo.append(("triton_rm", "row_major", lambda o: paths.run_triton(x, masked_m, o, case, "row_major")))
     if jit_via:
@@ -121,9 +124,12 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log) -> dict:
         shape, config = paths.shape_config(sets[0], masked_m, case, layout)
         return [allocate_outputs(shape, config, sets[0].device) for _ in sets]
 
-    timed = [("triton", case.layout, lambda xs, o: paths.run_triton(xs, masked_m, o, case))]
+    timed = [("triton", case.layout, lambda xs, o: paths.run_triton(xs, masked_m, o, case)),
+             ("triton_v7", case.layout, lambda xs, o: paths.run_triton(xs, masked_m, o, case, kcfg=v7))]
     if case.layout == "column_major":
         timed.append(("triton_rm", "row_major", lambda xs, o: paths.run_triton(xs, masked_m, o, case, "row_major")))
+        timed.append(("triton_v7_rm", "row_major",
+                      lambda xs, o: paths.run_triton(xs, masked_m, o, case, "row_major", kcfg=v7)))
     if jit_via:
         timed.append(("jit_ep", paths.jit_layout(case), lambda xs, o: paths.run_jit(xs, masked_m, o, case, jit_via)))
     if fb_via:
@@ -231,8 +237,6 @@ def run_sweep(paths: Paths, bw: float, l2: int, log, names: list[str], sweep_set
         layout = paths.jit_layout(case) if sweep_set == "3" else None
         shape, config = paths.shape_config(sets[0], masked_m, case, layout)
         outs = [allocate_outputs(shape, config, sets[0].device) for _ in sets]
-        from ..plugins.triton_smq.tuning import KernelConfig
-
         if sweep_set == "3" and paths.jit_via(case) == "raw":
             calls = [(lambda xs=xs, o=o: paths.run_jit(xs, masked_m, o, case, "raw")) for xs, o in zip(sets, outs)]
             us = graph_time_us(calls, target_ms=20.0)

@@ -13,7 +13,7 @@ import torch
 
 from ..ops.silu_mul_quant import allocate_outputs
 from .report import smq_plot, smq_summary, smq_table
-from .smq_cases import CASES, Case, masked_counts, needed_host_specs, sweep_variants, warm_job
+from .smq_cases import CASES, Case, masked_counts, needed_host_specs, sweep_variants, v7_config, warm_job
 from .smq_paths import Paths
 
 __all__ = ["load_host_kernels", "warm_jobs", "burn_in", "triton_eager_host_us", "write_results"]
@@ -44,7 +44,7 @@ def load_host_kernels(jit_root: pathlib.Path, prebuilt: pathlib.Path, cases: lis
 
 def warm_jobs(cases: list[Case], sweep: bool, sweep_names: list[str], sweep_set: str) -> list[tuple]:
     """The Triton specialisations the run launches: every case with and without PDL, the sweep's variants."""
-    jobs = [warm_job(c) for c in cases] + [warm_job(c, pdl=False) for c in cases]
+    jobs = [warm_job(c) for c in cases] + [warm_job(c, pdl=False) for c in cases] + [warm_job(c, v7_config(c)) for c in cases]
     if sweep:
         by_name = {c.name: c for c in CASES}
         for name in sweep_names:

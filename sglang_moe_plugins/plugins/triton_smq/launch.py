@@ -145,6 +145,8 @@ def plan_launch(
     if on_gpu:
         per_sm = min(config.ctas_per_sm, _resident(device_index, tuple(pointers) + runtime, kwargs, config.num_warps))
         programs = sm_count(device_index) * per_sm * max(1, config.waves)
+        if config.max_programs is not None:
+            programs = min(programs, int(config.max_programs))
     else:
         programs = 3
     return LaunchPlan(runtime, tuple(kwargs.items()), (max(1, min(max_items, programs)),), use_pdl)

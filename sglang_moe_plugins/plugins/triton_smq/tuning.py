@@ -17,8 +17,11 @@ class KernelConfig:
     """Launch parameters: ``block_m`` rows x ``block_c`` columns per work item, warps, programs per SM.
 
     ``ctas_per_sm`` bounds the programs per SM of one wave; the launcher lowers it to what the compiled
-    kernel keeps resident, then multiplies by ``waves``. ``max_registers`` caps registers per thread
-    (Triton's ``maxnreg``; fewer registers, more resident programs)."""
+    kernel keeps resident, then multiplies by ``waves``, and caps the grid at ``max_programs``.
+    ``max_registers`` caps registers per thread (Triton's ``maxnreg``; fewer registers, more resident
+    programs). ``idle_exit``: a program without work items leaves before waiting for the previous
+    kernel (programmatic dependent launch). ``early_trigger``: the next kernel may launch when this one
+    starts instead of after its wait (measured slower at decode; kept for the variant benchmark)."""
 
     block_m: int
     block_c: int
@@ -29,10 +32,13 @@ class KernelConfig:
     waves: int = 1
     early_trigger: bool = False
     idle_exit: bool = False
+    max_programs: int | None = None
 
 
 _DECODE_ROWS = 2048
 _TILE_ELEMS = 2048
+_DECODE_TILE_ELEMS = 1024
+_FEW_EXPERTS = 64
 
 
 def choose_block_c(hidden: int, group_size: int, max_block_c: int = 1024) -> int:
@@ -49,26 +55,32 @@ def choose_block_c(hidden: int, group_size: int, max_block_c: int = 1024) -> int
 
 @functools.lru_cache(maxsize=4096)  # called on every launch; KernelConfig is frozen, so sharing it is safe
 def choose_config(num_experts: int, max_rows: int, hidden: int, group_size: int, topk: int = 8) -> KernelConfig:
-    """The launch configuration for a shape family: a pure function of the sizes, never of data.
+    """The launch configuration for a shape key: a pure function of the sizes, never of data.
 
-    The compiled part (rows and columns per work item, warps) depends on E, D and the group size
-    only, so that one compiled kernel serves every token count N: work items of 2048 output
-    elements (``block_c`` columns, see :func:`choose_block_c`, by ``2048 // block_c`` rows) on 4
-    warps. Only the grid (programs per SM) follows N: 4 per SM at decode sizes (at most 2048 real
-    rows expected from the host's bound ``sum(masked_m) <= N * topk``); for E <= 64 two full waves
-    of as many programs as the compiled kernel keeps resident (at most 16 per SM); for more experts
-    one wave of at most 8 per SM (every program scans masked_m). The launcher lowers these bounds to
-    the kernel's residency, so a wave is never split. From the H200 sweeps recorded in
-    docs/triton-kernel.md. The row bound only tunes speed: any masked_m is handled.
+    The row bound ``min(E * N, N * topk)`` (the host's ``sum(masked_m) <= N * topk``) picks the regime:
+
+    - E > 64: work items of 2048 output elements (``block_c`` columns, see :func:`choose_block_c`, by
+      ``2048 // block_c`` rows) on 4 warps, for every N (one compiled kernel per shape family); 4
+      programs per SM at decode sizes (row bound <= 2048), else one wave of at most 8 per SM (every
+      program scans masked_m).
+    - E <= 64, decode sizes: items of 1024 elements, up to 16 programs per SM, programs without items
+      leave at once, and at most 3/4 of the row bound's items are launched (more programs than
+      items cost launch slots: DSV4-Pro decode 3.14 us with 1056 programs, 3.92 with 2112).
+    - E <= 64, prefill sizes: items of 2048 elements, four waves of as many programs as the compiled
+      kernel keeps resident (at most 16 per SM), idle programs leaving at once, the same 3/4 cap.
+
+    So E <= 64 has two compiled kernels per shape family (decode and prefill tiles), each compiled once.
+    The launcher lowers ``ctas_per_sm`` to the kernel's residency, so a wave is never split. From the
+    H200 sweeps and ``benchmarks/smq_kernel_variants.py`` (docs/triton-kernel.md). The row bound only
+    tunes speed: any masked_m is handled.
     """
     block_c = choose_block_c(hidden, group_size)
-    block_m = max(1, _TILE_ELEMS // block_c)
     rows_bound = min(num_experts * max_rows, max_rows * max(1, topk))
-    waves = 1
-    if rows_bound <= _DECODE_ROWS:
-        ctas = 4
-    elif num_experts <= 64:
-        ctas, waves = 16, 2
-    else:
-        ctas = 8
-    return KernelConfig(block_m=block_m, block_c=block_c, num_warps=4, ctas_per_sm=ctas, prefetch=False, waves=waves)
+    decode = rows_bound <= _DECODE_ROWS
+    if num_experts > _FEW_EXPERTS:
+        block_m = max(1, _TILE_ELEMS // block_c)
+        return KernelConfig(block_m=block_m, block_c=block_c, num_warps=4, ctas_per_sm=4 if decode else 8)
+    block_m = max(1, (_DECODE_TILE_ELEMS if decode else _TILE_ELEMS) // block_c)
+    items = -(-rows_bound // block_m) * -(-hidden // block_c)
+    return KernelConfig(block_m=block_m, block_c=block_c, num_warps=4, ctas_per_sm=16, waves=1 if decode else 4,
+                        idle_exit=True, max_programs=max(1, -(-3 * items // 4)))
