@@ -46,27 +46,27 @@ JIT_ROOT = ROOT / ".device/sgl_jit/sglang/kernels/jit"
 PREBUILT = ROOT / ".device/sgl_prebuilt"
 
 
+def item_bound(case: Case, block_m: int, block_c: int) -> int:
+    """The most work items any masked_m within the host's row bound ``N * topk`` can give."""
+    rows = min(case.E * case.N, case.N * case.topk)
+    tiles = min(case.E * -(-case.N // block_m), (rows + case.E * (block_m - 1)) // block_m)
+    return tiles * -(-case.D // block_c)
+
+
 def variants(case: Case) -> dict[str, KernelConfig]:
-    """The configurations timed on ``case``: the default, then changes of PDL handling, grid and tile."""
+    """The configurations timed on ``case``: the default, then grid and wave changes (E <= 64)."""
     base = choose_config(case.E, case.N, case.D, case.gs, case.topk)
-    ie = dataclasses.replace(base, idle_exit=True)
     r = dataclasses.replace
-    out = {"default": base, "idle_exit": ie, "et_ie": r(ie, early_trigger=True)}
+    out = {"default": base}
+    if case.E > 64:
+        return out
+    bound = item_bound(case, base.block_m, base.block_c)
+    out.update(cap_items=r(base, max_programs=bound), no_cap=r(base, max_programs=None))
     if case.phase == "decode":
-        out.update(ie_c8=r(ie, ctas_per_sm=8), ie_c16=r(ie, ctas_per_sm=16), ie_c16_pf=r(ie, ctas_per_sm=16, prefetch=True),
-                   ie_c8_pf=r(ie, ctas_per_sm=8, prefetch=True), ie_warps8=r(ie, num_warps=8),
-                   ie_warps8_c8=r(ie, num_warps=8, ctas_per_sm=8))
-        if base.block_m > 1:
-            half = r(ie, block_m=base.block_m // 2)
-            out.update(ie_half_c8=r(half, ctas_per_sm=8), ie_half_c16=r(half, ctas_per_sm=16))
-    elif case.E <= 64:
-        out.update(ie_w4=r(ie, waves=4), et_ie_w4=r(ie, waves=4, early_trigger=True), ie_w6=r(ie, waves=6),
-                   ie_w8=r(ie, waves=8))
-        if case.D == 1536:
-            out["ie_w4_16x256_w8"] = r(ie, block_m=16, block_c=256, num_warps=8, waves=4)
+        out.update(c8_cap_items=r(base, ctas_per_sm=8, max_programs=bound), c12_no_cap=r(base, ctas_per_sm=12, max_programs=None))
     else:
-        out.update(ie_c4_w2=r(ie, ctas_per_sm=4, waves=2), ie_c8_w2=r(ie, waves=2), ie_c16=r(ie, ctas_per_sm=16),
-                   ie_c4=r(ie, ctas_per_sm=4))
+        out.update(w2_cap_items=r(base, waves=2, max_programs=bound), w3_cap_items=r(base, waves=3, max_programs=bound),
+                   w6_cap_items=r(base, waves=6, max_programs=bound))
     return out
 
 
@@ -81,6 +81,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--case-layout", action="store_true", help="time in the case's layout (default: SGLang's where it runs)")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -100,7 +101,7 @@ def main() -> None:
         m = masked_counts(case).cuda()
         rows = int(m.sum())
         fl = floor_us(case, rows, bw)
-        layout = paths.jit_layout(case) if paths.jit_via(case) == "raw" else case.layout
+        layout = paths.jit_layout(case) if paths.jit_via(case) == "raw" and not args.case_layout else case.layout
         nsets = int(min(32, max(1, math.ceil(3 * l2 / max(1.0, fl * 1e-6 * bw))),
                         max(1, (24 << 30) // (case.E * case.N * case.D * 5))))
         sets = [torch.randn(case.E, case.N, 2 * case.D, device="cuda").mul_(3).to(torch.bfloat16) for _ in range(nsets)]

@@ -358,13 +358,15 @@ def test_resident_programs_fallback_bound_from_registers_and_shared(monkeypatch)
 def test_choose_config_waves_by_regime():
     K = pytest.importorskip("sglang_moe_plugins.plugins.triton_smq.tuning")
     # E <= 64 at decode sizes (N * topk <= 2048): 1024-element items, up to 16 programs per SM, idle programs
-    # leave at once, at most 3/4 of the row bound's items launched (DSV4-Flash EP8: 1024 rows x 2 chunks)
+    # leave at once, never more programs than the row bound's items (N = 128, topk 8: 1024 rows x 2 chunks)
     decode = K.choose_config(32, 128, 2048, 128)
     assert (decode.block_m, decode.block_c, decode.ctas_per_sm, decode.waves) == (1, 1024, 16, 1)
-    assert decode.idle_exit and not decode.early_trigger and decode.max_programs == 1536
-    # E <= 64 at prefill sizes: 2048-element items, four waves, the same cap
+    assert decode.idle_exit and not decode.early_trigger and decode.max_programs == 2048
+    # partial tiles: N = 128, D = 1536 (512-column items of 2 rows): sum(ceil(m_e / 2)) <= (1024 + 32) // 2, x 3
+    assert K.choose_config(32, 128, 1536, 128).max_programs == 528 * 3
+    # E <= 64 at prefill sizes: 2048-element items, four waves, no cap
     few = K.choose_config(48, 2048, 2048, 128)
-    assert (few.block_m, few.ctas_per_sm, few.waves, few.max_programs) == (2, 16, 4, 12288) and few.idle_exit
+    assert (few.block_m, few.ctas_per_sm, few.waves, few.max_programs) == (2, 16, 4, None) and few.idle_exit
     # E > 64: as before, one compiled kernel for every N; 4 per SM at decode, one wave of 8 beyond
     many = K.choose_config(128, 1024, 768, 128)
     assert (many.ctas_per_sm, many.waves, many.idle_exit, many.max_programs) == (8, 1, False, None)

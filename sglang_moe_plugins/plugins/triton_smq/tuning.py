@@ -63,11 +63,11 @@ def choose_config(num_experts: int, max_rows: int, hidden: int, group_size: int,
       ``2048 // block_c`` rows) on 4 warps, for every N (one compiled kernel per shape family); 4
       programs per SM at decode sizes (row bound <= 2048), else one wave of at most 8 per SM (every
       program scans masked_m).
-    - E <= 64, decode sizes: items of 1024 elements, up to 16 programs per SM, programs without items
-      leave at once, and at most 3/4 of the row bound's items are launched (more programs than
-      items cost launch slots: DSV4-Pro decode 3.14 us with 1056 programs, 3.92 with 2112).
+    - E <= 64, decode sizes: items of 1024 elements, one wave of up to 16 programs per SM, but never
+      more programs than the row bound can give items (programs without items cost: DSV4-Pro EP8
+      decode 3.22 us with 1152 programs, 4.05 with 2112); programs without items leave at once.
     - E <= 64, prefill sizes: items of 2048 elements, four waves of as many programs as the compiled
-      kernel keeps resident (at most 16 per SM), idle programs leaving at once, the same 3/4 cap.
+      kernel keeps resident (at most 16 per SM), idle programs leaving at once.
 
     So E <= 64 has two compiled kernels per shape family (decode and prefill tiles), each compiled once.
     The launcher lowers ``ctas_per_sm`` to the kernel's residency, so a wave is never split. From the
@@ -80,7 +80,12 @@ def choose_config(num_experts: int, max_rows: int, hidden: int, group_size: int,
     if num_experts > _FEW_EXPERTS:
         block_m = max(1, _TILE_ELEMS // block_c)
         return KernelConfig(block_m=block_m, block_c=block_c, num_warps=4, ctas_per_sm=4 if decode else 8)
-    block_m = max(1, (_DECODE_TILE_ELEMS if decode else _TILE_ELEMS) // block_c)
-    items = -(-rows_bound // block_m) * -(-hidden // block_c)
-    return KernelConfig(block_m=block_m, block_c=block_c, num_warps=4, ctas_per_sm=16, waves=1 if decode else 4,
-                        idle_exit=True, max_programs=max(1, -(-3 * items // 4)))
+    if not decode:
+        return KernelConfig(block_m=max(1, _TILE_ELEMS // block_c), block_c=block_c, num_warps=4, ctas_per_sm=16,
+                            waves=4, idle_exit=True)
+    block_m = max(1, _DECODE_TILE_ELEMS // block_c)
+    # the most items any masked_m within the row bound gives: sum(ceil(m_e / BM)) <= (R + E * (BM - 1)) // BM
+    row_tiles = min(num_experts * -(-max_rows // block_m), (rows_bound + num_experts * (block_m - 1)) // block_m)
+    items = row_tiles * -(-hidden // block_c)
+    return KernelConfig(block_m=block_m, block_c=block_c, num_warps=4, ctas_per_sm=16, idle_exit=True,
+                        max_programs=max(1, items))
