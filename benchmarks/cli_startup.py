@@ -2,10 +2,11 @@
 """Start-up of the ``sglang-moe-plugins`` command: wall time of fresh processes and the modules they import.
 
 For each command line (``--help``, ``list --json``), ``--runs`` fresh interpreters run
-``python -m sglang_moe_plugins.cli ARGS`` (``SGLANG_*`` variables removed from the environment); each reports
-its ``sys.modules`` at exit. Prints the median wall time, the module count and whether torch was imported,
-as a Markdown table. ``--builtins-only`` adds ``SGLANG_MOE_PLUGINS_ALLOW=`` (no third-party plugin loads:
-their modules import what they import). Nothing is asserted.
+``python -m sglang_moe_plugins.cli ARGS`` in an empty directory (the package comes from ``PYTHONPATH``, else
+the installed one; ``SGLANG_*`` variables removed from the environment); each reports its ``sys.modules``
+at exit. Prints the median wall time, the module count and whether torch was imported, as a Markdown
+table. ``--builtins-only`` adds ``SGLANG_MOE_PLUGINS_ALLOW=`` (no third-party plugin loads: their modules
+import what they import). Nothing is asserted.
 
 Run (from the repository root)::
 
@@ -45,7 +46,7 @@ def measure(args: tuple[str, ...], runs: int, env: dict[str, str]) -> dict:
         out = os.path.join(tmp, "modules.json")
         for _ in range(runs):
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-c", _RUN, out, *args], env=env, check=True, capture_output=True)
+            subprocess.run([sys.executable, "-c", _RUN, out, *args], env=env, cwd=tmp, check=True, capture_output=True)
             times.append(time.perf_counter() - start)
             with open(out) as f:
                 modules = json.load(f)
