@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import threading
 from importlib.metadata import EntryPoint
-from typing import Any, Iterable, Mapping
-
-import torch
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .config import UserConfig, load_config
 from .ops import silu_mul_quant as smq
 from .core.dispatcher import Selection, Selector
 from .core.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["get_registry", "get_selector", "current_selector", "reload", "select", "explain", "dispatch", "silu_mul_quant"]
 

@@ -1,14 +1,30 @@
-"""The platform a call runs on: device type and CUDA capability, read without touching tensor data."""
+"""The platform a call runs on: device type and CUDA capability, read without touching tensor data.
+
+Nothing here imports torch at import time. :func:`platform_of` takes a tensor or a ``torch.device`` (so
+torch is already loaded); :func:`local_platform` asks torch when the process has imported it, and
+otherwise the NVIDIA driver through NVML, so that ``sglang-moe-plugins list`` starts without torch.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import importlib.util
+import os
+import re
+import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-__all__ = ["Platform", "platform_of", "local_platform", "triton_available"]
+__all__ = ["Platform", "platform_of", "local_platform", "first_visible_device", "triton_available"]
+
+#: The NVML library of the NVIDIA driver (what ``nvidia-smi`` reads).
+NVML_LIBRARY = "libnvidia-ml.so.1"
+_NVML_UUID_BUFFER = 96  # NVML_DEVICE_UUID_V2_BUFFER_SIZE
+_LEADING_NUMBER = re.compile(r"[+-]?[0-9]+")
 
 
 @dataclass(frozen=True, order=True)
@@ -44,24 +60,128 @@ class Platform:
 
 @functools.lru_cache(maxsize=None)
 def _cuda_platform(index: int) -> Platform:
+    import torch  # once per device index (cached); the caller holds a CUDA tensor or device
+
     major, minor = torch.cuda.get_device_capability(index)
     return Platform.cuda(major, minor)
 
 
+def _current_cuda_device() -> int:
+    import torch  # a torch.device("cuda") without an index only; tensors always have one
+
+    return torch.cuda.current_device()
+
+
 def platform_of(device: torch.device | torch.Tensor) -> Platform:
     """The platform of a tensor's device. Reads device properties only (cached), never tensor data."""
-    if isinstance(device, torch.Tensor):
-        device = device.device
+    device = getattr(device, "device", device)  # a tensor's device; a torch.device has no ``device``
     if device.type == "cuda":
-        return _cuda_platform(device.index if device.index is not None else torch.cuda.current_device())
+        return _cuda_platform(device.index if device.index is not None else _current_cuda_device())
     return Platform(device.type, None)
 
 
 def local_platform() -> Platform:
-    """The platform of this process's current accelerator, or CPU when there is none."""
-    if torch.cuda.is_available():
-        return platform_of(torch.device("cuda", torch.cuda.current_device()))
-    return Platform.cpu()
+    """The platform of this process's current accelerator, or CPU when there is none.
+
+    When the process has imported torch (``doctor``, hooked calls, benchmarks): ``torch.cuda.is_available()``
+    and the capability of torch's current device. Otherwise (``list``, ``explain``): the first GPU that
+    ``CUDA_VISIBLE_DEVICES`` leaves visible (:func:`first_visible_device`), read from the NVIDIA driver
+    through NVML (``libnvidia-ml.so.1`` with ctypes), without importing torch: CPU when there is no NVML
+    library, no visible GPU or any NVML error. NVML numbers GPUs as ``nvidia-smi`` does (PCI bus order),
+    which is how CUDA reads the indices of ``CUDA_VISIBLE_DEVICES``; unset, CUDA's default order (fastest
+    first) can put another GPU first on a machine that mixes GPU models. NVML also reports a GPU that
+    torch's CUDA build cannot use (a driver older than torch's CUDA runtime).
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if torch.cuda.is_available():
+            return platform_of(torch.device("cuda", torch.cuda.current_device()))
+        return Platform.cpu()
+    return _driver_platform(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def first_visible_device(visible: str | None) -> int | str | None:
+    """The first device a ``CUDA_VISIBLE_DEVICES`` value leaves visible, read as CUDA (and torch's
+    ``torch.cuda._parse_visible_devices``) reads it: ``0`` when unset; for a value starting with ``GPU-`` or
+    ``MIG-``, its first comma-separated entry (str: a UUID prefix, or a MIG identifier); otherwise the
+    number its first entry starts with, as ``strtoul`` reads it (``"1"``, ``" 1 "``, ``"1gpu"``: 1).
+    ``None`` (no GPU) for an empty value or a first entry that is no such number (``""``, ``"-1"``,
+    ``"none"``): CUDA stops at the first invalid entry."""
+    if visible is None:
+        return 0
+    first = visible.split(",", 1)[0]
+    if visible.startswith(("GPU-", "MIG-")):
+        return first
+    number = _LEADING_NUMBER.match(first.strip())
+    if number is None or int(number.group()) < 0:
+        return None
+    return int(number.group())
+
+
+@functools.lru_cache(maxsize=8)
+def _driver_platform(visible: str | None) -> Platform:
+    target = first_visible_device(visible)
+    if target is None:
+        return Platform.cpu()
+    try:
+        capability = _nvml_capability(target)
+    except Exception:  # noqa: BLE001 - any NVML failure (library, symbol, call): this machine counts as CPU
+        capability = None
+    return Platform.cpu() if capability is None else Platform.cuda(*capability)
+
+
+def _nvml_library() -> Any:
+    """The driver's NVML library, or None where it is not installed (no NVIDIA driver)."""
+    try:
+        return ctypes.CDLL(NVML_LIBRARY)
+    except OSError:
+        return None
+
+
+def _nvml_capability(target: int | str) -> tuple[int, int] | None:
+    """The compute capability of the device ``target`` names (:func:`first_visible_device`), from NVML."""
+    lib = _nvml_library()
+    if lib is None or lib.nvmlInit_v2() != 0:
+        return None
+    try:
+        handle = _nvml_handle(lib, target)
+        if handle is None:
+            return None
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        if lib.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor)) != 0:
+            return None
+        return major.value, minor.value
+    finally:
+        lib.nvmlShutdown()
+
+
+def _nvml_handle(lib: Any, target: int | str) -> ctypes.c_void_p | None:
+    """NVML's handle of the GPU ``target`` names: by index, by a GPU UUID prefix that names one GPU, or the
+    GPU of a MIG device (``MIG-GPU-<uuid>/<gi>/<ci>``, or a MIG device UUID ``MIG-<uuid>``)."""
+    handle = ctypes.c_void_p()
+    if isinstance(target, int):
+        return handle if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(target), ctypes.byref(handle)) == 0 else None
+    if target.startswith("MIG-GPU-"):
+        target = target[len("MIG-"):].split("/", 1)[0]
+    elif target.startswith("MIG-"):
+        mig = ctypes.c_void_p()
+        if lib.nvmlDeviceGetHandleByUUID(target.encode(), ctypes.byref(mig)) != 0:
+            return None
+        return handle if lib.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig, ctypes.byref(handle)) == 0 else None
+    count = ctypes.c_uint()
+    if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+        return None
+    matches = []
+    uuid = ctypes.create_string_buffer(_NVML_UUID_BUFFER)
+    for index in range(count.value):
+        device = ctypes.c_void_p()
+        if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(device)) != 0:
+            return None
+        if lib.nvmlDeviceGetUUID(device, uuid, ctypes.c_uint(_NVML_UUID_BUFFER)) != 0:
+            return None
+        if uuid.value.decode("ascii", "replace").startswith(target):
+            matches.append(device)
+    return matches[0] if len(matches) == 1 else None  # CUDA takes "enough digits to uniquely identify" it
 
 
 @functools.lru_cache(maxsize=1)

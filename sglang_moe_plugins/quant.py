@@ -6,7 +6,14 @@ multiplication by the reciprocal scale, saturation to +-448) and are the oracle 
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+from .lazy import lazy_module
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch", globals())  # torch itself from its first use on (sglang_moe_plugins.lazy)
 
 __all__ = [
     "FP8_E4M3_MAX",
@@ -28,7 +35,7 @@ __all__ = [
 
 FP8_E4M3_MAX = 448.0
 #: Largest finite fp32 (what +-Inf counts as in an FP8 group's absmax).
-FP32_MAX = float(torch.finfo(torch.float32).max)
+FP32_MAX = (2.0 - 2.0**-23) * 2.0**127  # float(torch.finfo(torch.float32).max), exactly
 FP4_E2M1_MAX = 6.0
 _E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 

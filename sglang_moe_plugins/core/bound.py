@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable
 
 from .registry import PluginRecord
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["BoundOp", "inputs_maybe_written"]
 

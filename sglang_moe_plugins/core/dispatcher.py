@@ -29,17 +29,21 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import Any, Hashable
-
-import torch
+from typing import TYPE_CHECKING, Any, Hashable
 
 from ..counters import counter
 from ..errors import InvalidArgumentError, MoEPluginsError, NoPluginAvailableError, OutputValidationError
+from ..lazy import lazy_module
 from ..log import LogOnce, get_logger
 from ..ops import get_op
 from .bound import BoundOp, inputs_maybe_written
 from .decide import Candidate, Selection, Verdict, decide, info_line, reasons_line
 from .registry import PluginRecord, Registry
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch", globals())  # torch itself from its first use on (sglang_moe_plugins.lazy)
 
 __all__ = ["BoundOp", "CACHE_CAP", "Candidate", "Selection", "Selector", "Verdict"]
 

@@ -36,13 +36,17 @@ Results defined for data that :func:`describe` cannot check without a host sync 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal
-
-import torch
+from typing import TYPE_CHECKING, Callable, Literal
 
 from ..errors import InvalidArgumentError, OutputValidationError
 from ..hardware import Platform, platform_of
+from ..lazy import lazy_module
 from .base import BF16_MIN_NORMAL, OpSpec, finite_float
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch", globals())  # torch itself from its first use on (sglang_moe_plugins.lazy)
 
 __all__ = [
     "OP",

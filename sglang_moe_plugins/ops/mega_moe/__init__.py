@@ -33,13 +33,17 @@ emulation) and :mod:`.reference` (the reference forward).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from ...errors import InvalidArgumentError, OutputValidationError
 from ...hardware import Platform, platform_of
+from ...lazy import lazy_module
 from ..base import BF16_MIN_NORMAL, OpSpec, finite_float
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch", globals())  # torch itself from its first use on (sglang_moe_plugins.lazy)
 
 __all__ = [
     "OP",
@@ -71,8 +75,6 @@ ACTIVATIONS = ("swiglu",)
 #: Tokens per rank the host's buffers hold when SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK
 #: is unset (SGLang 0.5.23's default).
 DEFAULT_MAX_TOKENS_PER_RANK = 8192
-
-_FP4_DTYPES = (torch.int8, torch.uint8)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -173,7 +175,7 @@ def _check_pair(name: str, pair: object) -> tuple[torch.Tensor, torch.Tensor]:
 def weight_format_of(l1_weights: tuple[torch.Tensor, torch.Tensor]) -> WeightFormat | None:
     """The :data:`WEIGHT_FORMATS` entry of a ``(data, scales)`` pair, by dtypes; None if neither."""
     data, scales = l1_weights
-    if data.dtype in _FP4_DTYPES and scales.dtype == torch.int32:
+    if data.dtype in (torch.int8, torch.uint8) and scales.dtype == torch.int32:
         return "fp4_e2m1_ue8m0_g32"
     if data.dtype == torch.float8_e4m3fn and scales.dtype == torch.float32:
         return "fp8_e4m3_block128"

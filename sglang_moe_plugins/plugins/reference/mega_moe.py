@@ -15,7 +15,6 @@ from __future__ import annotations
 from ...contract import Plugin, Support
 from ...hardware import Platform
 from ...ops.mega_moe import OP, MegaMoEConfig, MegaMoEInputs, MegaMoEOutputs, MegaMoEShape
-from ...ops.mega_moe.reference import mega_moe_reference
 
 __all__ = ["MegaReferencePlugin"]
 
@@ -40,4 +39,6 @@ class MegaReferencePlugin(Plugin):
         return Support.yes(f"pure torch emulation of {config.variant} (every valid call with all experts local)")
 
     def run(self, inputs: MegaMoEInputs, outputs: MegaMoEOutputs, shape: MegaMoEShape, config: MegaMoEConfig) -> None:
+        from ...ops.mega_moe.reference import mega_moe_reference  # torch numerics: loaded by the first run
+
         mega_moe_reference(inputs, outputs, shape, config)

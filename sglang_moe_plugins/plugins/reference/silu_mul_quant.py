@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from ...contract import Plugin, Support
 from ...errors import KernelNotAvailableError
 from ...hardware import Platform
+from ...lazy import lazy_module
 from ...ops.silu_mul_quant import (
     OP,
     SiluMulQuantConfig,
@@ -17,6 +18,11 @@ from ...ops.silu_mul_quant import (
     split_gate_up,
 )
 from ...quant import pack_ue8m0_bytes, quantize_fp8_groups, round_to_bf16, ue8m0_exponent
+
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = lazy_module("torch", globals())  # torch itself from its first use on (sglang_moe_plugins.lazy)
 
 __all__ = ["ReferencePlugin", "silu_mul_quant_reference"]
 

@@ -20,8 +20,6 @@ import threading
 from types import MappingProxyType
 from typing import Any, Callable
 
-import torch
-
 from ...contract import Plugin, Support
 from ...hardware import Platform, triton_available
 from ...log import get_logger
@@ -116,6 +114,8 @@ class TritonPlugin(Plugin):
         the compiled kernel's occupancy), PDL, the bf16-rounded ``swiglu_limit`` and the scale
         strides of the layout. On CUDA the kernel is compiled here and each call goes to its
         launcher directly (no JIT dispatch); see :func:`.launch.prepare_launch`."""
+        import torch  # bind time (once per key), as the launcher's own import of Triton
+
         from . import launch as launcher
 
         device_index = torch.cuda.current_device() if config.platform.is_cuda else None
