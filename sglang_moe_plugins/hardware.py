@@ -87,17 +87,19 @@ def local_platform() -> Platform:
     and the capability of torch's current device. Otherwise (``list``, ``explain``): the first GPU that
     ``CUDA_VISIBLE_DEVICES`` leaves visible (:func:`first_visible_device`), read from the NVIDIA driver
     through NVML (``libnvidia-ml.so.1`` with ctypes), without importing torch: CPU when there is no NVML
-    library, no visible GPU or any NVML error. NVML numbers GPUs as ``nvidia-smi`` does (PCI bus order),
-    which is how CUDA reads the indices of ``CUDA_VISIBLE_DEVICES``; unset, CUDA's default order (fastest
-    first) can put another GPU first on a machine that mixes GPU models. NVML also reports a GPU that
-    torch's CUDA build cannot use (a driver older than torch's CUDA runtime).
+    library, no visible GPU or any NVML error. NVML numbers GPUs in PCI bus order, CUDA (and so
+    ``CUDA_VISIBLE_DEVICES``'s indices) fastest first unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``: an index is
+    read through NVML only under that order or where every GPU has the same compute capability (then
+    any index names the same platform); on a machine that mixes GPU models without it, the probe does
+    not guess and answers CPU (``doctor`` asks torch). NVML also reports a GPU that torch's CUDA build
+    cannot use (a driver older than torch's CUDA runtime).
     """
     torch = sys.modules.get("torch")
     if torch is not None:
         if torch.cuda.is_available():
             return platform_of(torch.device("cuda", torch.cuda.current_device()))
         return Platform.cpu()
-    return _driver_platform(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return _driver_platform(os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("CUDA_DEVICE_ORDER"))
 
 
 def first_visible_device(visible: str | None) -> int | str | None:
@@ -106,25 +108,33 @@ def first_visible_device(visible: str | None) -> int | str | None:
     ``MIG-``, its first comma-separated entry (str: a UUID prefix, or a MIG identifier); otherwise the
     number its first entry starts with, as ``strtoul`` reads it (``"1"``, ``" 1 "``, ``"1gpu"``: 1).
     ``None`` (no GPU) for an empty value or a first entry that is no such number (``""``, ``"-1"``,
-    ``"none"``): CUDA stops at the first invalid entry."""
+    ``"none"``): CUDA stops at the first invalid entry; and for a device named twice before that
+    (``"0,0"``), which leaves no device visible."""
     if visible is None:
         return 0
-    first = visible.split(",", 1)[0]
-    if visible.startswith(("GPU-", "MIG-")):
-        return first
-    number = _LEADING_NUMBER.match(first.strip())
-    if number is None or int(number.group()) < 0:
-        return None
-    return int(number.group())
+    entries: list[int | str] = []
+    prefix = "GPU-" if visible.startswith("GPU-") else "MIG-" if visible.startswith("MIG-") else None
+    for entry in visible.split(","):
+        if prefix is not None:
+            value: int | str | None = entry if entry.startswith(prefix) else None
+        else:
+            number = _LEADING_NUMBER.match(entry.strip())
+            value = None if number is None or int(number.group()) < 0 else int(number.group())
+        if value is None:
+            break
+        if value in entries:
+            return None
+        entries.append(value)
+    return entries[0] if entries else None
 
 
 @functools.lru_cache(maxsize=8)
-def _driver_platform(visible: str | None) -> Platform:
+def _driver_platform(visible: str | None, order: str | None = None) -> Platform:
     target = first_visible_device(visible)
     if target is None:
         return Platform.cpu()
     try:
-        capability = _nvml_capability(target)
+        capability = _nvml_capability(target, pci_order=order == "PCI_BUS_ID")
     except Exception:  # noqa: BLE001 - any NVML failure (library, symbol, call): this machine counts as CPU
         capability = None
     return Platform.cpu() if capability is None else Platform.cuda(*capability)
@@ -138,8 +148,9 @@ def _nvml_library() -> Any:
         return None
 
 
-def _nvml_capability(target: int | str) -> tuple[int, int] | None:
-    """The compute capability of the device ``target`` names (:func:`first_visible_device`), from NVML."""
+def _nvml_capability(target: int | str, pci_order: bool = True) -> tuple[int, int] | None:
+    """The compute capability of the device ``target`` names (:func:`first_visible_device`), from NVML.
+    An index in CUDA's default order (``pci_order`` false) counts only where every GPU has one capability."""
     lib = _nvml_library()
     if lib is None or lib.nvmlInit_v2() != 0:
         return None
@@ -147,12 +158,27 @@ def _nvml_capability(target: int | str) -> tuple[int, int] | None:
         handle = _nvml_handle(lib, target)
         if handle is None:
             return None
-        major, minor = ctypes.c_int(), ctypes.c_int()
-        if lib.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor)) != 0:
-            return None
-        return major.value, minor.value
+        capability = _handle_capability(lib, handle)
+        if isinstance(target, int) and not pci_order and capability is not None:
+            count = ctypes.c_uint()
+            if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+                return None
+            for index in range(count.value):
+                other = ctypes.c_void_p()
+                if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(other)) != 0:
+                    return None
+                if _handle_capability(lib, other) != capability:
+                    return None  # mixed models: CUDA's fastest-first index may name another GPU
+        return capability
     finally:
         lib.nvmlShutdown()
+
+
+def _handle_capability(lib: Any, handle: ctypes.c_void_p) -> tuple[int, int] | None:
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    if lib.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor)) != 0:
+        return None
+    return major.value, minor.value
 
 
 def _nvml_handle(lib: Any, target: int | str) -> ctypes.c_void_p | None:

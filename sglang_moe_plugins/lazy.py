@@ -26,10 +26,17 @@ class LazyModule:
         self._alias = alias
 
     def __getattr__(self, attribute: str) -> Any:
+        if attribute in LazyModule.__slots__ or (attribute.startswith("__") and attribute.endswith("__")):
+            # copy/pickle/hasattr probes (``__setstate__``, ``__deepcopy__``, ...) and lookups before
+            # ``__init__`` ran (``_name`` unset): not the module's attributes, and no import for them
+            raise AttributeError(attribute)
         module = importlib.import_module(self._name)
         if self._namespace.get(self._alias) is self:
             self._namespace[self._alias] = module
         return getattr(module, attribute)
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return importlib.import_module, (self._name,)  # a copy or a pickle is the module itself
 
     def __repr__(self) -> str:
         return f"<module {self._name!r}, imported on first use>"

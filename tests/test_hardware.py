@@ -20,6 +20,8 @@ from sglang_moe_plugins.hardware import Platform, first_visible_device, local_pl
     ("1gpu2,2ampere", 1),  # "something like strtoul" (torch.cuda._parse_visible_devices)
     ("", None), ("-1", None), ("-1,0", None), ("none", None), ("cuda:0", None), ("\u00b2", None),
     (",0", None),  # an empty first entry is invalid: CUDA stops there
+    ("0,0", None), ("1,2,1", None), ("GPU-89,GPU-89", None),  # a device named twice: none visible (as torch)
+    ("0,-1,0", 0),  # the repeat comes after the invalid entry, where CUDA stopped
     ("GPU-8932f937", "GPU-8932f937"), ("GPU-8932f937-d72c,1", "GPU-8932f937-d72c"), (" GPU-8932f937", None),
     ("MIG-GPU-8932f937-d72c-4106-c12f-20bd9faed9f6/1/2", "MIG-GPU-8932f937-d72c-4106-c12f-20bd9faed9f6/1/2"),
     ("MIG-5d3e2b1a", "MIG-5d3e2b1a"),
@@ -69,6 +71,7 @@ B200 = ("GPU-89aa0000-0000-0000-0000-000000000000", (10, 0))
 
 @pytest.mark.parametrize("visible, want", [
     (None, Platform.cuda(9, 0)), ("1", Platform.cuda(10, 0)), ("1,0", Platform.cuda(10, 0)),
+    ("0,0", Platform.cpu()),
     ("2", Platform.cpu()),  # no third GPU: an invalid index, no GPU
     ("GPU-89aa", Platform.cuda(10, 0)), ("gpu-8932", Platform.cpu()),  # "gpu-" is not CUDA's prefix
     ("GPU-89", Platform.cpu()),  # names both GPUs: not one GPU
@@ -81,10 +84,29 @@ def test_the_nvml_probe_picks_the_first_visible_gpu(monkeypatch, visible, want):
     monkeypatch.setattr(hardware, "_nvml_library", lambda: fake)
     hardware._driver_platform.cache_clear()
     try:
-        assert hardware._driver_platform(visible) == want
+        assert hardware._driver_platform(visible, "PCI_BUS_ID") == want
     finally:
         hardware._driver_platform.cache_clear()
     assert fake.shutdowns == (0 if first_visible_device(visible) is None else 1)
+
+
+@pytest.mark.parametrize("gpus, visible, want", [
+    ([H200, B200], "1", Platform.cpu()),  # mixed models, CUDA's fastest-first order: NVML's index 1 may not be CUDA's
+    ([H200, B200], None, Platform.cpu()),
+    ([H200, B200], "GPU-89aa", Platform.cuda(10, 0)),  # a UUID names one GPU in any order
+    ([H200, ("GPU-1111", (9, 0))], "1", Platform.cuda(9, 0)),  # one model: every index is the same platform
+])
+def test_an_index_in_cudas_default_order_is_read_only_where_it_cannot_name_another_model(monkeypatch, gpus,
+                                                                                          visible, want):
+    fake = FakeNvml(gpus)
+    monkeypatch.setattr(hardware, "_nvml_library", lambda: fake)
+    hardware._driver_platform.cache_clear()
+    try:
+        assert hardware._driver_platform(visible, None) == want
+        assert hardware._driver_platform(visible, "FASTEST_FIRST") == want
+    finally:
+        hardware._driver_platform.cache_clear()
+    assert fake.shutdowns == 2
 
 
 @pytest.mark.parametrize("broken", ["no library", "init fails", "raises"])

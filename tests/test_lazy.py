@@ -29,6 +29,18 @@ def test_a_lazy_module_leaves_a_global_rebound_meanwhile_alone():
     assert namespace["c"] == "something else"
 
 
+def test_copies_pickles_and_dunder_probes_of_a_lazy_module_neither_recurse_nor_import():
+    import copy
+    import pickle
+
+    sys.modules.pop("colorsys", None)
+    proxy = lazy_module("colorsys", {})
+    assert not hasattr(proxy, "__deepcopy__") and "colorsys" not in sys.modules  # a probe imports nothing
+    assert copy.copy(proxy) is copy.deepcopy(proxy) is pickle.loads(pickle.dumps(proxy)) is sys.modules["colorsys"]
+    bare = LazyModule.__new__(LazyModule)  # no __init__: the slots are unset
+    assert not hasattr(bare, "_name") and not hasattr(bare, "anything")
+
+
 LAZY_MODULES = ("sglang_moe_plugins.core.dispatcher", "sglang_moe_plugins.ops.silu_mul_quant",
                 "sglang_moe_plugins.ops.mega_moe", "sglang_moe_plugins.quant",
                 "sglang_moe_plugins.plugins.reference.silu_mul_quant")

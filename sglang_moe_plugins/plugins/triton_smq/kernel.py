@@ -10,7 +10,8 @@ launch (or ``warmup``) of a given specialisation.
 Design (see ``docs/triton-kernel.md`` for the measurements behind it):
 
 - Persistent grid sized to the device in whole waves: ``ctas_per_sm`` programs per SM, capped at
-  the number the compiled kernel keeps resident per SM (so no wave is split), times ``waves``;
+  the number the compiled kernel keeps resident per SM (so no wave is split), times ``waves``, and at
+  ``max_programs`` (at decode sizes: the most work items the shape key's row bound allows);
   independent of the data.
 - Work items are ``(expert, block of BM real rows, chunk of BC columns)``. Every program reads
   ``masked_m`` itself (no host sync, no second launch), counts the items of the real rows only,
@@ -19,15 +20,19 @@ Design (see ``docs/triton-kernel.md`` for the measurements behind it):
   range in order, stepping to the next non-empty expert with one scalar read when a block of rows
   is done (never past its last item).
 - Programmatic dependent launch on sm90+: ``masked_m`` is read before ``griddepcontrol.wait``,
-  ``gateup`` and the outputs after it (SGLang's kernel makes the same assumption).
+  ``gateup`` and the outputs after it (SGLang's kernel makes the same assumption). ``IDLE_EXIT``:
+  programs without items skip the wait (program 0 always waits, so the grid never completes before
+  the previous kernel); ``EARLY_TRIGGER``: ``launch_dependents`` at program start instead of after
+  the wait (off by default: slower at decode).
 - A tile is loaded as ``[BM, BC // GS, GS]`` so that the per-group absmax is a reduction over the
   last axis. Gate and up are read with 16-byte loads in both the natural and the gran-8 swizzled
   layouts. Scales are written through explicit strides (row-major, column-major), or for UE8M0 as
   single bytes into the packed int32 words (group ``4k+j`` in byte ``j``), pad bytes zeroed; on the
   GPU with predicated inline-PTX stores that keep the reduction's register layout (no shared memory).
 - Integer arguments that vary with the token count (``N`` and the scale strides) are not
-  specialised and the compiled configuration depends on E, D and the group size only, so one
-  compiled kernel serves every token count and every ``masked_m``.
+  specialised and the compiled configuration depends on E, D, the group size and the regime
+  (decode or prefill sizes, for E <= 64; see :mod:`.tuning`) only, so one compiled kernel per regime
+  serves every token count and every ``masked_m``.
 
 Numerics follow the ``reference`` plugin: clamp (limit pre-rounded to bf16) on bf16 values, SiLU
 and product in fp32 (``ex2.approx`` and ``rcp.approx``, as SGLang's kernel; plain ``tl.exp`` and
@@ -294,9 +299,11 @@ def _silu_mul_quant_kernel(
     if USE_PDL:
         # Programmatic dependent launch: masked_m was read above, as SGLang's kernel does; the input
         # of the previous kernel (gateup) and our outputs are touched only after it has completed.
-        # A program without items touches neither, so with IDLE_EXIT it does not wait at all.
+        # A program without items touches neither, so with IDLE_EXIT it does not wait, except program 0:
+        # this grid must not complete before the previous kernel (the next kernel's wait orders it
+        # after ours only), also when no program has items (every masked_m 0).
         if IDLE_EXIT:
-            if start < end:
+            if (start < end) | (pid == 0):
                 tl.extra.cuda.gdc_wait()
         else:
             tl.extra.cuda.gdc_wait()
