@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import datetime
 import json
-import math
 import pathlib
 import statistics
 
@@ -32,25 +31,18 @@ import triton
 import triton.language as tl
 
 from sglang_moe_plugins.bench.provenance import run_info
-from sglang_moe_plugins.bench.smq_cases import CASES, Case, floor_us, masked_counts, warm_job
+from sglang_moe_plugins.bench.smq_cases import CASES, Case, copy_bytes, floor_us, input_sets, masked_counts, warm_job
 from sglang_moe_plugins.bench.smq_measure import parallel_warm
 from sglang_moe_plugins.bench.smq_paths import Paths
 from sglang_moe_plugins.bench.smq_run import burn_in, load_host_kernels
 from sglang_moe_plugins.bench.timing import copy_bandwidth, graph_time_us, l2_bytes
 from sglang_moe_plugins.ops.silu_mul_quant import allocate_outputs
-from sglang_moe_plugins.plugins.triton_smq.tuning import KernelConfig, choose_config
+from sglang_moe_plugins.plugins.triton_smq.tuning import KernelConfig, choose_config, item_bound
 from sglang_moe_plugins.testing.case import poison
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 JIT_ROOT = ROOT / ".device/sgl_jit/sglang/kernels/jit"
 PREBUILT = ROOT / ".device/sgl_prebuilt"
-
-
-def item_bound(case: Case, block_m: int, block_c: int) -> int:
-    """The most work items any masked_m within the host's row bound ``N * topk`` can give."""
-    rows = min(case.E * case.N, case.N * case.topk)
-    tiles = min(case.E * -(-case.N // block_m), (rows + case.E * (block_m - 1)) // block_m)
-    return tiles * -(-case.D // block_c)
 
 
 def variants(case: Case) -> dict[str, KernelConfig]:
@@ -60,7 +52,7 @@ def variants(case: Case) -> dict[str, KernelConfig]:
     out = {"default": base}
     if case.E > 64:
         return out
-    bound = item_bound(case, base.block_m, base.block_c)
+    bound = item_bound(case.E, case.N, case.D, base.block_m, base.block_c, case.topk)
     out.update(cap_items=r(base, max_programs=bound), no_cap=r(base, max_programs=None))
     if case.phase == "decode":
         out.update(c8_cap_items=r(base, ctas_per_sm=8, max_programs=bound), c12_no_cap=r(base, ctas_per_sm=12, max_programs=None))
@@ -102,8 +94,7 @@ def main() -> None:
         rows = int(m.sum())
         fl = floor_us(case, rows, bw)
         layout = paths.jit_layout(case) if paths.jit_via(case) == "raw" and not args.case_layout else case.layout
-        nsets = int(min(32, max(1, math.ceil(3 * l2 / max(1.0, fl * 1e-6 * bw))),
-                        max(1, (24 << 30) // (case.E * case.N * case.D * 5))))
+        nsets = input_sets(case, fl, bw, l2)
         sets = [torch.randn(case.E, case.N, 2 * case.D, device="cuda").mul_(3).to(torch.bfloat16) for _ in range(nsets)]
         shape, config = paths.shape_config(sets[0], m, case, layout)
         outs = [allocate_outputs(shape, config, sets[0].device) for _ in sets]
@@ -127,8 +118,7 @@ def main() -> None:
                            swiglu_limit=case.limit, swizzle=case.swizzle, ue8m0=case.ue8m0, config=cfgs["default"],
                            device_index=0, pointers=(sets[0], m, outs[0].out, outs[0].scale))
         timed["pdl_floor"] = lambda xs, o: _pdl_floor_kernel[plan.grid](xs, launch_pdl=True)
-        G = case.D // case.gs
-        half = max(4096, rows * (5 * case.D + (G if case.ue8m0 else 4 * G)) // 2 // 4096 * 4096)
+        half = copy_bytes(case, rows)
         src = [torch.empty(half, dtype=torch.uint8, device="cuda") for _ in range(nsets)]
         dst = [torch.empty(half, dtype=torch.uint8, device="cuda") for _ in range(nsets)]
         times: dict[str, list[float]] = {n: [] for n in timed}

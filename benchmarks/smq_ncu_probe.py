@@ -18,7 +18,7 @@ import pathlib
 
 import torch
 
-from sglang_moe_plugins.bench.smq_cases import CASES, masked_counts
+from sglang_moe_plugins.bench.smq_cases import CASES, copy_bytes, masked_counts
 from sglang_moe_plugins.bench.smq_paths import Paths
 from sglang_moe_plugins.bench.smq_run import load_host_kernels
 from sglang_moe_plugins.ops.silu_mul_quant import allocate_outputs
@@ -45,9 +45,7 @@ def main() -> None:
             layout = paths.jit_layout(case) if paths.jit_via(case) == "raw" else case.layout
             shape, config = paths.shape_config(sets[0], m, case, layout)
             outs = [allocate_outputs(shape, config, sets[0].device) for _ in sets]
-            rows = int(m.sum())
-            G = case.D // case.gs
-            half = rows * (5 * case.D + (G if case.ue8m0 else 4 * G)) // 2 // 4096 * 4096
+            half = copy_bytes(case, int(m.sum()))
             src, dst = torch.empty(half, dtype=torch.uint8, device="cuda"), torch.empty(half, dtype=torch.uint8, device="cuda")
             for i in range(args.repeats + 1):
                 xs, o = sets[i % 3], outs[i % 3]

@@ -160,15 +160,9 @@ def _nvml_capability(target: int | str, pci_order: bool = True) -> tuple[int, in
             return None
         capability = _handle_capability(lib, handle)
         if isinstance(target, int) and not pci_order and capability is not None:
-            count = ctypes.c_uint()
-            if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
-                return None
-            for index in range(count.value):
-                other = ctypes.c_void_p()
-                if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(other)) != 0:
-                    return None
-                if _handle_capability(lib, other) != capability:
-                    return None  # mixed models: CUDA's fastest-first index may name another GPU
+            handles = _nvml_handles(lib)
+            if handles is None or any(_handle_capability(lib, other) != capability for other in handles):
+                return None  # mixed models: CUDA's fastest-first index may name another GPU
         return capability
     finally:
         lib.nvmlShutdown()
@@ -194,20 +188,31 @@ def _nvml_handle(lib: Any, target: int | str) -> ctypes.c_void_p | None:
         if lib.nvmlDeviceGetHandleByUUID(target.encode(), ctypes.byref(mig)) != 0:
             return None
         return handle if lib.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig, ctypes.byref(handle)) == 0 else None
-    count = ctypes.c_uint()
-    if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+    handles = _nvml_handles(lib)
+    if handles is None:
         return None
     matches = []
     uuid = ctypes.create_string_buffer(_NVML_UUID_BUFFER)
-    for index in range(count.value):
-        device = ctypes.c_void_p()
-        if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(device)) != 0:
-            return None
+    for device in handles:
         if lib.nvmlDeviceGetUUID(device, uuid, ctypes.c_uint(_NVML_UUID_BUFFER)) != 0:
             return None
         if uuid.value.decode("ascii", "replace").startswith(target):
             matches.append(device)
     return matches[0] if len(matches) == 1 else None  # CUDA takes "enough digits to uniquely identify" it
+
+
+def _nvml_handles(lib: Any) -> list[ctypes.c_void_p] | None:
+    """Every GPU's NVML handle, in NVML's (PCI) order; None when NVML fails on any of them."""
+    count = ctypes.c_uint()
+    if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+        return None
+    handles = []
+    for index in range(count.value):
+        handle = ctypes.c_void_p()
+        if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle)) != 0:
+            return None
+        handles.append(handle)
+    return handles
 
 
 @functools.lru_cache(maxsize=1)

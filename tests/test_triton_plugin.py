@@ -378,6 +378,20 @@ def test_choose_config_waves_by_regime():
     assert tiles == {7: 1, 128: 1, 256: 1, 257: 2, 4096: 2}
 
 
+def test_item_bound_bounds_the_items_of_every_masked_m_within_the_row_bound():
+    import itertools
+
+    K = pytest.importorskip("sglang_moe_plugins.plugins.triton_smq.tuning")
+    for E, N, BM, topk in itertools.product((1, 2, 3), (1, 2, 3, 5), (1, 2, 4), (1, 2, 8)):
+        rows = min(E * N, N * topk)
+        most = max(sum(-(-m // BM) for m in counts) for counts in itertools.product(range(N + 1), repeat=E)
+                   if sum(counts) <= rows)
+        bound = K.item_bound(E, N, 96, BM, 32, topk)
+        assert bound >= most * 3, (E, N, BM, topk)  # a program cap below it could leave items to fewer programs
+        if BM == 1:
+            assert bound == most * 3, (E, N, topk)  # one row per item: exact
+
+
 # ------------------------------------------------------------------ prepared launch
 _PREPARE_SCRIPT = """
 import json

@@ -3,6 +3,7 @@ configuration sweeps behind ``choose_config`` (docs/triton-kernel.md)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -11,7 +12,7 @@ import torch
 from ..catalog import get_model
 
 __all__ = ["Case", "CASES", "REFERENCE_TIMED", "SWEEP_CASES", "masked_counts", "floor_us", "needed_host_specs",
-           "warm_job", "sweep_variants", "v7_config"]
+           "warm_job", "sweep_variants", "v7_config", "input_sets", "copy_bytes"]
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,23 @@ def floor_us(case: Case, rows: int, bw: float) -> float:
     scale_bytes = G if case.ue8m0 else 4 * G
     return rows * (4 * case.D + case.D + scale_bytes) / bw * 1e6
 
+
+
+def input_sets(case: Case, floor: float, bw: float, l2_bytes: int) -> int:
+    """How many input sets a timing rotates over: their real bytes (``floor`` us at ``bw``) exceed the L2
+    three times, at most 32 sets and 24 GiB of padded inputs."""
+    real_bytes = max(1.0, floor * 1e-6 * bw)
+    padded = case.E * case.N * case.D * 5
+    return int(min(32, max(1, math.ceil(3 * l2_bytes / real_bytes)), max(1, (24 << 30) // max(1, padded))))
+
+
+def copy_bytes(case: Case, rows: int) -> int:
+    """Bytes each side of the same-bytes copy moves: half the case's exact real-row bytes, rounded down to
+    4 KiB (a copy of an odd byte count ran at 0.55-0.62 of the ceiling on the H200, aligned ones at
+    0.71-1.00), at least 4 KiB."""
+    G = case.D // case.gs
+    exact = rows * (5 * case.D + (G if case.ue8m0 else 4 * G))
+    return max(4096, exact // 2 // 4096 * 4096)
 
 
 def v7_config(case: Case) -> dict:

@@ -4,7 +4,6 @@ warm-up that fills the compile cache first."""
 
 from __future__ import annotations
 
-import math
 import multiprocessing as mp
 import statistics
 import time
@@ -18,7 +17,8 @@ import torch
 from ..ops.silu_mul_quant import SiluMulQuantInputs, SiluMulQuantOutputs, allocate_outputs, real_rows
 from ..plugins.reference import silu_mul_quant_reference
 from ..testing.case import POISON_FP8, POISON_SCALE_INT, poison
-from .smq_cases import CASES, REFERENCE_TIMED, Case, floor_us, masked_counts, sweep_variants, v7_config
+from .smq_cases import (CASES, REFERENCE_TIMED, Case, copy_bytes, floor_us, input_sets, masked_counts, sweep_variants,
+                        v7_config)
 from .smq_paths import Paths
 from ..plugins.triton_smq.tuning import KernelConfig
 from .timing import graph_time_us, random_gateup
@@ -111,9 +111,7 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log) -> dict:
     res["checks"] = checks
     del x, refs
     # -- timing: rotate input sets so that the real bytes per round exceed the L2 several times
-    real_bytes = max(1.0, fl * 1e-6 * bw)
-    padded = case.E * case.N * case.D * 5
-    nsets = int(min(32, max(1, math.ceil(3 * l2_bytes / real_bytes)), max(1, (24 << 30) // max(1, padded))))
+    nsets = input_sets(case, fl, bw, l2_bytes)
     sets = []
     for _ in range(nsets):
         xs = torch.randn(case.E, case.N, 2 * case.D, device="cuda", generator=gen).mul_(3).to(torch.bfloat16)
@@ -161,11 +159,7 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log) -> dict:
     # a plain device copy moving the same bytes (half read, half written), rotated the same way: what
     # the copy engine reaches at this size (launch and ramp-up included), next to the 1 GiB ceiling
     try:
-        # exact bytes, rounded down to 4 KiB: a copy of an odd byte count (the float floor loses a byte)
-        # ran at 0.55-0.62 of the ceiling in the 2026-11-30 run, aligned ones at 0.71-1.00
-        G = case.D // case.gs
-        exact = rows * (5 * case.D + (G if case.ue8m0 else 4 * G))
-        half = max(4096, exact // 2 // 4096 * 4096)
+        half = copy_bytes(case, rows)
         srcs = [torch.empty(half, dtype=torch.uint8, device="cuda") for _ in range(nsets)]
         dsts = [torch.empty(half, dtype=torch.uint8, device="cuda") for _ in range(nsets)]
         us = graph_time_us([(lambda a=a, b=b: b.copy_(a)) for a, b in zip(srcs, dsts)])
@@ -229,9 +223,7 @@ def run_sweep(paths: Paths, bw: float, l2: int, log, names: list[str], sweep_set
         rows = int(m_cpu.sum())
         masked_m = m_cpu.cuda()
         fl = floor_us(case, rows, bw)
-        real_bytes = fl * 1e-6 * bw
-        nsets = int(min(32, max(1, math.ceil(3 * l2 / real_bytes)),
-                        max(1, (24 << 30) // max(1, case.E * case.N * case.D * 5))))
+        nsets = input_sets(case, fl, bw, l2)
         sets = [torch.randn(case.E, case.N, 2 * case.D, device="cuda").to(torch.bfloat16) for _ in range(nsets)]
         # set 3 compares with SGLang's kernel: both in its layout
         layout = paths.jit_layout(case) if sweep_set == "3" else None

@@ -11,7 +11,7 @@ Design (see ``docs/triton-kernel.md`` for the measurements behind it):
 
 - Persistent grid sized to the device in whole waves: ``ctas_per_sm`` programs per SM, capped at
   the number the compiled kernel keeps resident per SM (so no wave is split), times ``waves``, and at
-  ``max_programs`` (at decode sizes: the most work items the shape key's row bound allows);
+  ``max_programs`` (at decode sizes: an upper bound of the work items the shape key's row bound allows);
   independent of the data.
 - Work items are ``(expert, block of BM real rows, chunk of BC columns)``. Every program reads
   ``masked_m`` itself (no host sync, no second launch), counts the items of the real rows only,

@@ -54,10 +54,9 @@ def _bf16_limit(limit: float) -> float:
 class TritonPlugin(Plugin):
     name = "triton"
     op = OP
-    # Set from benchmarks/results/silu_mul_quant_2026-12-02_NVIDIA-H200.md (docs/triton-kernel.md):
-    # against SGLang's JIT kernel called directly it is 0.99-1.12x (geomean 1.03x over 21 shapes);
-    # through the plugins, which is what selection compares, this kernel is faster on all 21 (1.06-1.63x:
-    # jit_ep clamps masked_m in a kernel of its own first), so it ranks
+    # Set from docs/triton-kernel.md ("Default priorities"): through the plugins, which is what selection
+    # compares, this kernel is faster than jit_ep on every shape both take (jit_ep clamps masked_m in a
+    # kernel of its own first), so it ranks
     # above jit_ep (100); on every other shape it is the fastest path with the op's numerics, ahead of
     # fp8_fallback (50).
     priority = 110

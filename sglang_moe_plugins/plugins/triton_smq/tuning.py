@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..triton_common import next_pow2
 
-__all__ = ["KernelConfig", "choose_block_c", "choose_config"]
+__all__ = ["KernelConfig", "choose_block_c", "choose_config", "item_bound"]
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ def choose_config(num_experts: int, max_rows: int, hidden: int, group_size: int,
       programs per SM at decode sizes (row bound <= 2048), else one wave of at most 8 per SM (every
       program scans masked_m).
     - E <= 64, decode sizes: items of 1024 elements, one wave of up to 16 programs per SM, but never
-      more programs than the row bound can give items (programs without items cost: DSV4-Pro EP8
-      decode 3.22 us with 1152 programs, 4.05 with 2112); programs without items leave at once.
+      more programs than :func:`item_bound` (programs without items still cost a launch slot; the
+      measurements are in docs/triton-kernel.md); programs without items leave at once.
     - E <= 64, prefill sizes: items of 2048 elements, four waves of as many programs as the compiled
       kernel keeps resident (at most 16 per SM), idle programs leaving at once.
 
@@ -84,8 +84,15 @@ def choose_config(num_experts: int, max_rows: int, hidden: int, group_size: int,
         return KernelConfig(block_m=max(1, _TILE_ELEMS // block_c), block_c=block_c, num_warps=4, ctas_per_sm=16,
                             waves=4, idle_exit=True)
     block_m = max(1, _DECODE_TILE_ELEMS // block_c)
-    # the most items any masked_m within the row bound gives: sum(ceil(m_e / BM)) <= (R + E * (BM - 1)) // BM
-    row_tiles = min(num_experts * -(-max_rows // block_m), (rows_bound + num_experts * (block_m - 1)) // block_m)
-    items = row_tiles * -(-hidden // block_c)
     return KernelConfig(block_m=block_m, block_c=block_c, num_warps=4, ctas_per_sm=16, idle_exit=True,
-                        max_programs=max(1, items))
+                        max_programs=max(1, item_bound(num_experts, max_rows, hidden, block_m, block_c, topk)))
+
+
+def item_bound(num_experts: int, max_rows: int, hidden: int, block_m: int, block_c: int, topk: int = 8) -> int:
+    """An upper bound of the work items (``block_m`` rows x ``block_c`` columns) any masked_m within the host's
+    row bound ``R = min(E * N, N * topk)`` gives: ``sum(ceil(m_e / BM)) <= (R + E * (BM - 1)) // BM`` row tiles
+    (each expert's last tile may be partial), at most ``E * ceil(N / BM)``, times the column chunks. Exact
+    for ``block_m = 1``; above the true maximum where fewer than E experts can hold rows (R < E)."""
+    rows_bound = min(num_experts * max_rows, max_rows * max(1, topk))
+    row_tiles = min(num_experts * -(-max_rows // block_m), (rows_bound + num_experts * (block_m - 1)) // block_m)
+    return row_tiles * -(-hidden // block_c)
