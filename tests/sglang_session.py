@@ -6,6 +6,8 @@ import functools
 import os
 from importlib.metadata import EntryPoint
 
+import pytest
+
 SMQ_TARGET = "sglang.srt.layers.moe.moe_runner.deep_gemm._varlen_deep_gemm_silu_mul_quant"
 MEGA_TARGET = "sglang.srt.layers.moe.mega_moe.run_mega_routed_experts"
 
@@ -54,3 +56,18 @@ def require_mega_target() -> None:
 
     if MEGA_TARGET not in hooked_targets():
         pytest.skip("this SGLang release has no run_mega_routed_experts (MegaMoE arrived in 0.5.21)")
+
+
+@pytest.fixture(scope="module")
+def runner():
+    """SGLang's MoE runner after its real ``load_plugins()`` (import into a test module to use it)."""
+    return loaded_sglang()
+
+
+@pytest.fixture(autouse=True)
+def default_selector():
+    """After each test of a module that imports it: the process selector back to the default configuration."""
+    yield
+    from sglang_moe_plugins import UserConfig, api
+
+    api.reload(UserConfig())

@@ -18,8 +18,9 @@ import torch
 pytest.importorskip("sglang")
 
 from sglang_probe import run_probe  # noqa: E402
-from sglang_session import (  # noqa: E402
-    MEGA_REFERENCE, MEGA_TARGET, REFERENCE, SMQ_TARGET, TRITON, ep, hooked_targets, loaded_sglang, require_mega_target,
+from sglang_session import (  # noqa: E402, F401 - runner, default_selector: the shared fixtures
+    MEGA_REFERENCE, MEGA_TARGET, REFERENCE, SMQ_TARGET, TRITON, default_selector, ep, hooked_targets, require_mega_target,
+    runner,
 )
 
 from sglang_moe_plugins import InvalidArgumentError, NoPluginAvailableError, UserConfig, Verdict, api  # noqa: E402
@@ -31,16 +32,6 @@ pytestmark = pytest.mark.sglang
 LOGGER = "sglang_moe_plugins"
 
 
-
-@pytest.fixture(scope="module")
-def runner():
-    return loaded_sglang()
-
-
-@pytest.fixture(autouse=True)
-def default_selector():
-    yield
-    api.reload(UserConfig())
 
 
 def data(e=4, n=8, d=256, seed=0):

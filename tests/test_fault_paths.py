@@ -19,7 +19,9 @@ import torch
 
 pytest.importorskip("sglang")
 
-from sglang_session import MEGA_REFERENCE, REFERENCE, ep, loaded_sglang, require_mega_target  # noqa: E402
+from sglang_session import (  # noqa: E402, F401 - runner, default_selector: the shared fixtures
+    MEGA_REFERENCE, REFERENCE, default_selector, ep, require_mega_target, runner,
+)
 
 from sglang_moe_plugins import ConfigError, InvalidArgumentError, OutputValidationError, Registry, UserConfig, api  # noqa: E402
 from sglang_moe_plugins.config import load_config, parse_config  # noqa: E402
@@ -31,16 +33,6 @@ pytestmark = pytest.mark.sglang
 LOGGER = "sglang_moe_plugins"
 
 
-
-@pytest.fixture(scope="module")
-def runner():
-    return loaded_sglang()
-
-
-@pytest.fixture(autouse=True)
-def default_selector():
-    yield
-    api.reload(UserConfig())
 
 
 def data(e=4, n=8, d=256, seed=0):
