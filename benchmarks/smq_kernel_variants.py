@@ -46,20 +46,41 @@ PREBUILT = ROOT / ".device/sgl_prebuilt"
 
 
 def variants(case: Case) -> dict[str, KernelConfig]:
-    """The configurations timed on ``case``: the default, then grid and wave changes (E <= 64)."""
+    """The configurations timed on ``case`` (run E, 2026-12-02): the default, then tile, grid, wave and
+    prefetch changes for each regime."""
     base = choose_config(case.E, case.N, case.D, case.gs, case.topk)
     r = dataclasses.replace
     out = {"default": base}
-    if case.E > 64:
-        return out
     bound = item_bound(case.E, case.N, case.D, base.block_m, base.block_c, case.topk)
-    out.update(cap_items=r(base, max_programs=bound), no_cap=r(base, max_programs=None))
-    if case.phase == "decode":
-        out.update(c8_cap_items=r(base, ctas_per_sm=8, max_programs=bound), c12_no_cap=r(base, ctas_per_sm=12, max_programs=None))
+    decode = min(case.E * case.N, case.N * case.topk) <= 2048
+    if case.E > 64:
+        if decode:
+            out.update(c2=r(base, ctas_per_sm=2), c8=r(base, ctas_per_sm=8), bm1=r(base, block_m=1),
+                       bm1_cap=r(base, block_m=1, ctas_per_sm=16,
+                                 max_programs=item_bound(case.E, case.N, case.D, 1, base.block_c, case.topk)))
+        else:
+            out.update(c16=r(base, ctas_per_sm=16), c16_w2=r(base, ctas_per_sm=16, waves=2))
+        return out
+    if decode:
+        bm2 = base.block_m * 2
+        out.update(c8=r(base, ctas_per_sm=8), c8_pf=r(base, ctas_per_sm=8, prefetch=True),
+                   pf=r(base, prefetch=True),
+                   bm2x=r(base, block_m=bm2, max_programs=item_bound(case.E, case.N, case.D, bm2, base.block_c,
+                                                                     case.topk)))
     else:
-        out.update(w2_cap_items=r(base, waves=2, max_programs=bound), w3_cap_items=r(base, waves=3, max_programs=bound),
-                   w6_cap_items=r(base, waves=6, max_programs=bound))
+        out.update(w6=r(base, waves=6), w8=r(base, waves=8), w12=r(base, waves=12), w16=r(base, waves=16))
     return out
+
+
+#: The cases ``--full-bound`` adds at their row bound: one per shape key whose benchmark rows are below it.
+FULL_BOUND = {"DSV4-Flash EP8 prefill full", "DSV3 EP8 decode full", "DSV4-Pro EP8 decode ue8m0 full",
+              "Qwen3-235B EP4 decode full"}
+
+
+def full_bound(case: Case) -> Case | None:
+    """``case`` at the row bound of its shape key (``min(E * N, N * topk)`` rows), or None if it is there."""
+    rows = min(case.E * case.N, case.N * case.topk)
+    return None if rows == case.rows else dataclasses.replace(case, name=f"{case.name} full", rows=rows)
 
 
 @triton.jit
@@ -73,11 +94,14 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--full-bound", action="store_true", help="also time each case at its shape key's row bound")
     ap.add_argument("--case-layout", action="store_true", help="time in the case's layout (default: SGLang's where it runs)")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cases = [c for c in CASES if not args.only or c.name in args.only.split(",")]
+    if args.full_bound:
+        cases += [f for f in map(full_bound, cases) if f is not None and f.name in FULL_BOUND]
     host, _ = load_host_kernels(JIT_ROOT, PREBUILT, cases, print) if JIT_ROOT.is_dir() else (None, None)
     jobs = [warm_job(c, dataclasses.asdict(k)) for c in cases for k in variants(c).values()]
     print(f"warm-up of {len(set(jobs))} specialisations: {parallel_warm(jobs):.1f}s", flush=True)
