@@ -327,11 +327,12 @@ def test_choose_config_is_a_pure_function_of_sizes():
         assert cfg.block_c & (cfg.block_c - 1) == 0 and cfg.block_c % gs == 0
         assert cfg.block_m & (cfg.block_m - 1) == 0 and cfg.block_m >= 1
         assert cfg.block_m * cfg.block_c <= 16384
-        # the compiled part depends on N only through the regime: one kernel for E > 64, a decode and a
-        # prefill one for E <= 64, whichever the token count
+        # the compiled part depends on N only through the regime: for E <= 64 a decode and a prefill kernel,
+        # for E > 64 one kernel plus a one-row one where the row bound N * topk is at most E (N = 1, 7 here),
+        # whichever the token count
         compiled = {(c.block_m, c.block_c, c.num_warps, c.prefetch, c.idle_exit, c.early_trigger)
                     for c in (choose_config(E, n, D, gs) for n in (1, 7, 64, 256, 257, 1000, 65536))}
-        assert len(compiled) == (1 if E > 64 else 2), compiled
+        assert len(compiled) == 2, compiled
 
 
 # ------------------------------------------------------------------------------ grid sizing
@@ -364,18 +365,41 @@ def test_choose_config_waves_by_regime():
     assert decode.idle_exit and not decode.early_trigger and decode.max_programs == 2048
     # partial tiles: N = 128, D = 1536 (512-column items of 2 rows): sum(ceil(m_e / 2)) <= (1024 + 32) // 2, x 3
     assert K.choose_config(32, 128, 1536, 128).max_programs == 528 * 3
-    # E <= 64 at prefill sizes: 2048-element items, four waves, no cap
+    # E <= 64 at prefill sizes: 2048-element items, no cap, one program per 2.5 items of the row bound in
+    # 4 to 16 waves (Kimi-K2 EP8: 16384 rows -> (16384 + 48) // 2 row tiles x 2 chunks / 2.5)
     few = K.choose_config(48, 2048, 2048, 128)
-    assert (few.block_m, few.ctas_per_sm, few.waves, few.max_programs) == (2, 16, 4, None) and few.idle_exit
-    # E > 64: as before, one compiled kernel for every N; 4 per SM at decode, one wave of 8 beyond
+    assert (few.block_m, few.ctas_per_sm, few.waves, few.max_programs, few.max_waves) == (2, 16, 4, None, 16)
+    assert few.idle_exit and few.target_programs == round(8216 * 2 / 2.5)
+    # E > 64: one compiled kernel for every N whose row bound exceeds E; 4 per SM at decode, one wave of 8 beyond
     many = K.choose_config(128, 1024, 768, 128)
     assert (many.ctas_per_sm, many.waves, many.idle_exit, many.max_programs) == (8, 1, False, None)
+    assert many.target_programs is None
     assert K.choose_config(128, 64, 768, 128).ctas_per_sm == 4
-    assert {(c.block_m, c.block_c, c.num_warps) for c in (K.choose_config(128, n, 768, 128) for n in (7, 128, 4096))} \
+    assert {(c.block_m, c.block_c, c.num_warps) for c in (K.choose_config(128, n, 768, 128) for n in (17, 128, 4096))} \
         == {(many.block_m, many.block_c, many.num_warps)}
+    # E > 64 with the row bound at most E (Qwen3-Next EP1, 32 tokens: 320 rows over 512 experts): one-row
+    # items, exactly one program per item the row bound allows
+    tiny = K.choose_config(512, 32, 512, 128, 10)
+    assert (tiny.block_m, tiny.block_c, tiny.ctas_per_sm, tiny.max_programs, tiny.idle_exit) == (1, 512, 16, 320, False)
+    assert K.choose_config(128, 16, 768, 128).block_m == 1 and K.choose_config(128, 17, 768, 128).block_m == 8
     # E <= 64: two compiled kernels per family, switching where N * topk crosses 2048
     tiles = {n: (K.choose_config(48, n, 2048, 128).block_m) for n in (7, 128, 256, 257, 4096)}
     assert tiles == {7: 1, 128: 1, 256: 1, 257: 2, 4096: 2}
+
+
+def test_waves_follow_the_target_in_whole_waves_between_the_bounds():
+    pytest.importorskip("triton")
+    from sglang_moe_plugins.plugins.triton_smq.launch import waves_for
+    from sglang_moe_plugins.plugins.triton_smq.tuning import KernelConfig
+
+    fixed = KernelConfig(block_m=2, block_c=1024, waves=4)
+    assert waves_for(fixed, 1188) == 4
+    target = KernelConfig(block_m=2, block_c=1024, waves=4, target_programs=6566, max_waves=16)
+    assert waves_for(target, 1188) == 6  # 5.53 waves -> 6 (DSV3 EP8 prefill on 132 SMs x 9)
+    assert waves_for(target, 1320) == 5  # 4.97 -> 5
+    assert waves_for(KernelConfig(block_m=2, block_c=1024, waves=4, target_programs=22960), 1188) == 16  # Mixtral: at most 16
+    assert waves_for(KernelConfig(block_m=2, block_c=1024, waves=4, target_programs=1651), 1320) == 4  # at least 4
+    assert waves_for(KernelConfig(block_m=2, block_c=1024, waves=4, target_programs=10**9, max_waves=2), 1) == 4
 
 
 def test_item_bound_bounds_the_items_of_every_masked_m_within_the_row_bound():

@@ -99,6 +99,7 @@ CASES: list[Case] = [
           phase="decode"),
     _case("Qwen3-235B EP4 decode", "Qwen/Qwen3-235B-A22B", 4, 128, 512, phase="decode"),
     _case("Qwen3-30B EP1 decode", "Qwen/Qwen3-30B-A3B", 1, 64, 512, phase="decode"),
+    _case("Qwen3-30B EP1 decode 16", "Qwen/Qwen3-30B-A3B", 1, 16, 128, phase="decode"),
     _case("Qwen3-Next EP1 decode", "Qwen/Qwen3-Next-80B-A3B", 1, 32, 320, phase="decode"),
 ]
 REFERENCE_TIMED = {"DSV4-Flash EP8 prefill", "DSV3 EP8 prefill", "Qwen3-30B EP1 prefill", "DSV4-Flash EP8 decode"}

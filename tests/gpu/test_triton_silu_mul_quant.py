@@ -193,6 +193,21 @@ def test_no_recompilation_across_token_counts_and_masked_m():
     assert _kernel_cache_size() == before, "a new token count or masked_m content recompiled the kernel"
 
 
+def test_no_recompilation_many_experts_across_token_counts():
+    """E > 64 has one compiled kernel per shape family, and a one-row-item kernel where the row bound N * topk
+    is at most E (tuning.choose_config); once both ran, no token count or masked_m compiles another. The
+    random masked_m exceed the row bound at small N: still every real row is written."""
+    E, D = 128, 768
+    for seed, N in enumerate((8, 1024)):  # one row bound <= E (one-row items) and one above
+        x, m = _inputs(E, N, D, seed=200 + seed)
+        run_and_compare(x, m, gs=128, layout="column_major")
+    before = _kernel_cache_size()
+    for seed, N in enumerate((1, 5, 16, 17, 64, 300, 1024)):
+        x, m = _inputs(E, N, D, seed=seed + 210)
+        run_and_compare(x, m, gs=128, layout="column_major")
+    assert _kernel_cache_size() == before, "a new token count or masked_m content recompiled the kernel"
+
+
 @pytest.mark.parametrize("layout", ["column_major", "ue8m0_packed"])
 def test_cuda_graph_capture_reads_masked_m_on_device(layout):
     E, N, D = 32, 96, 2048

@@ -24,7 +24,7 @@ from .kernel import silu_mul_quant_kernel
 from .tuning import KernelConfig, choose_config
 
 __all__ = ["LaunchPlan", "launch", "plan_launch", "prepare_launch", "pointer_dtypes", "sm_count",
-           "resident_programs_per_sm", "occupancy_records"]
+           "resident_programs_per_sm", "occupancy_records", "waves_for"]
 
 logger = get_logger(__name__)
 
@@ -144,12 +144,21 @@ def plan_launch(
         kwargs["maxnreg"] = int(config.max_registers)
     if on_gpu:
         per_sm = min(config.ctas_per_sm, _resident(device_index, tuple(pointers) + runtime, kwargs, config.num_warps))
-        programs = sm_count(device_index) * per_sm * max(1, config.waves)
+        programs = sm_count(device_index) * per_sm * waves_for(config, sm_count(device_index) * per_sm)
         if config.max_programs is not None:
             programs = min(programs, int(config.max_programs))
     else:
         programs = 3
     return LaunchPlan(runtime, tuple(kwargs.items()), (max(1, min(max_items, programs)),), use_pdl)
+
+
+def waves_for(config: KernelConfig, wave: int) -> int:
+    """Waves of ``wave`` programs the grid holds: ``config.waves``, or with ``config.target_programs`` the
+    whole number of waves nearest to it, between ``config.waves`` and ``config.max_waves``."""
+    waves = max(1, config.waves)
+    if config.target_programs is None:
+        return waves
+    return min(max(waves, round(config.target_programs / max(1, wave))), max(waves, config.max_waves))
 
 
 def launch(

@@ -17,7 +17,9 @@ class KernelConfig:
     """Launch parameters: ``block_m`` rows x ``block_c`` columns per work item, warps, programs per SM.
 
     ``ctas_per_sm`` bounds the programs per SM of one wave; the launcher lowers it to what the compiled
-    kernel keeps resident, then multiplies by ``waves``, and caps the grid at ``max_programs``.
+    kernel keeps resident, then multiplies by ``waves``, and caps the grid at ``max_programs``. With
+    ``target_programs`` set, the launcher instead takes the whole number of waves nearest to it, at
+    least ``waves`` and at most ``max_waves``.
     ``max_registers`` caps registers per thread (Triton's ``maxnreg``; fewer registers, more resident
     programs). ``idle_exit``: a program without work items leaves before waiting for the previous
     kernel (programmatic dependent launch). ``early_trigger``: the next kernel may launch when this one
@@ -33,12 +35,15 @@ class KernelConfig:
     early_trigger: bool = False
     idle_exit: bool = False
     max_programs: int | None = None
+    target_programs: int | None = None
+    max_waves: int = 16
 
 
 _DECODE_ROWS = 2048
 _TILE_ELEMS = 2048
 _DECODE_TILE_ELEMS = 1024
 _FEW_EXPERTS = 64
+_ITEMS_PER_PROGRAM = 2.5  # E <= 64 prefill: programs = items at the row bound / 2.5 (docs/triton-kernel.md)
 
 
 def choose_block_c(hidden: int, group_size: int, max_block_c: int = 1024) -> int:
@@ -60,29 +65,40 @@ def choose_config(num_experts: int, max_rows: int, hidden: int, group_size: int,
     The row bound ``min(E * N, N * topk)`` (the host's ``sum(masked_m) <= N * topk``) picks the regime:
 
     - E > 64: work items of 2048 output elements (``block_c`` columns, see :func:`choose_block_c`, by
-      ``2048 // block_c`` rows) on 4 warps, for every N (one compiled kernel per shape family); 4
-      programs per SM at decode sizes (row bound <= 2048), else one wave of at most 8 per SM (every
-      program scans masked_m).
+      ``2048 // block_c`` rows) on 4 warps; 4 programs per SM at decode sizes (row bound <= 2048), else
+      one wave of at most 8 per SM (every program scans masked_m). Where the row bound is at most E
+      (most experts hold no row or one), one-row items instead, and exactly as many programs as the
+      row bound gives items (:func:`item_bound`, exact for one-row items): a row block of several rows
+      would be mostly empty, and a program without items still scans all of masked_m.
     - E <= 64, decode sizes: items of 1024 elements, one wave of up to 16 programs per SM, but never
       more programs than :func:`item_bound` (programs without items still cost a launch slot; the
       measurements are in docs/triton-kernel.md); programs without items leave at once.
-    - E <= 64, prefill sizes: items of 2048 elements, four waves of as many programs as the compiled
-      kernel keeps resident (at most 16 per SM), idle programs leaving at once.
+    - E <= 64, prefill sizes: items of 2048 elements; about one program per 2.5 items of the row bound,
+      in whole waves of as many programs as the compiled kernel keeps resident (at most 16 per SM),
+      between 4 and 16 waves; idle programs leave at once. At two thirds of the row bound a program
+      still gets about 1.7 items, the best share measured at every prefill shape; more waves shorten
+      the tail of a long shape (Mixtral: 16 waves), fewer keep a program's start-up amortised.
 
-    So E <= 64 has two compiled kernels per shape family (decode and prefill tiles), each compiled once.
-    The launcher lowers ``ctas_per_sm`` to the kernel's residency, so a wave is never split. From the
-    H200 sweeps and ``benchmarks/smq_kernel_variants.py`` (docs/triton-kernel.md). The row bound only
-    tunes speed: any masked_m is handled.
+    So E <= 64 has two compiled kernels per shape family (decode and prefill tiles), each compiled once;
+    E > 64 one, or two where small token counts bring the row bound down to E. The launcher lowers
+    ``ctas_per_sm`` to the kernel's residency, so a wave is never split. From the H200 sweeps and
+    ``benchmarks/smq_kernel_variants.py`` (docs/triton-kernel.md). The row bound only tunes speed: any
+    masked_m is handled.
     """
     block_c = choose_block_c(hidden, group_size)
     rows_bound = min(num_experts * max_rows, max_rows * max(1, topk))
     decode = rows_bound <= _DECODE_ROWS
     if num_experts > _FEW_EXPERTS:
+        if rows_bound <= num_experts:
+            return KernelConfig(block_m=1, block_c=block_c, num_warps=4, ctas_per_sm=16,
+                                max_programs=max(1, item_bound(num_experts, max_rows, hidden, 1, block_c, topk)))
         block_m = max(1, _TILE_ELEMS // block_c)
         return KernelConfig(block_m=block_m, block_c=block_c, num_warps=4, ctas_per_sm=4 if decode else 8)
     if not decode:
-        return KernelConfig(block_m=max(1, _TILE_ELEMS // block_c), block_c=block_c, num_warps=4, ctas_per_sm=16,
-                            waves=4, idle_exit=True)
+        block_m = max(1, _TILE_ELEMS // block_c)
+        items = item_bound(num_experts, max_rows, hidden, block_m, block_c, topk)
+        return KernelConfig(block_m=block_m, block_c=block_c, num_warps=4, ctas_per_sm=16, waves=4, idle_exit=True,
+                            target_programs=max(1, round(items / _ITEMS_PER_PROGRAM)), max_waves=16)
     block_m = max(1, _DECODE_TILE_ELEMS // block_c)
     return KernelConfig(block_m=block_m, block_c=block_c, num_warps=4, ctas_per_sm=16, idle_exit=True,
                         max_programs=max(1, item_bound(num_experts, max_rows, hidden, block_m, block_c, topk)))
