@@ -46,29 +46,19 @@ PREBUILT = ROOT / ".device/sgl_prebuilt"
 
 
 def variants(case: Case) -> dict[str, KernelConfig]:
-    """The configurations timed on ``case`` (run E, 2026-12-02): the default, then tile, grid, wave and
-    prefetch changes for each regime."""
+    """The configurations timed on ``case`` (run F, 2026-12-02; earlier runs' variants are in their results'
+    ``configs``): the default, the same with the longer shares on the first programs (``fl``), and the
+    grid or waves it replaced."""
     base = choose_config(case.E, case.N, case.D, case.gs, case.topk)
     r = dataclasses.replace
-    out = {"default": base}
-    bound = item_bound(case.E, case.N, case.D, base.block_m, base.block_c, case.topk)
-    decode = min(case.E * case.N, case.N * case.topk) <= 2048
+    out = {"default": base, "fl": r(base, front_load=True)}
     if case.E > 64:
-        if decode:
-            out.update(c2=r(base, ctas_per_sm=2), c8=r(base, ctas_per_sm=8), bm1=r(base, block_m=1),
-                       bm1_cap=r(base, block_m=1, ctas_per_sm=16,
-                                 max_programs=item_bound(case.E, case.N, case.D, 1, base.block_c, case.topk)))
-        else:
-            out.update(c16=r(base, ctas_per_sm=16), c16_w2=r(base, ctas_per_sm=16, waves=2))
         return out
-    if decode:
-        bm2 = base.block_m * 2
-        out.update(c8=r(base, ctas_per_sm=8), c8_pf=r(base, ctas_per_sm=8, prefetch=True),
-                   pf=r(base, prefetch=True),
-                   bm2x=r(base, block_m=bm2, max_programs=item_bound(case.E, case.N, case.D, bm2, base.block_c,
-                                                                     case.topk)))
+    if min(case.E * case.N, case.N * case.topk) <= 2048:
+        out.update(c8=r(base, ctas_per_sm=8), fl_c8=r(base, ctas_per_sm=8, front_load=True))
     else:
-        out.update(w6=r(base, waves=6), w8=r(base, waves=8), w12=r(base, waves=12), w16=r(base, waves=16))
+        out.update(w2=r(base, waves=2, target_programs=None), w4=r(base, waves=4, target_programs=None),
+                   fl_w4=r(base, waves=4, target_programs=None, front_load=True))
     return out
 
 

@@ -183,6 +183,22 @@ def _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts, num_rows, BM: t
 
 
 @triton.jit
+def _share(pid, nprog, n_items, FRONT_LOAD: tl.constexpr):
+    """This program's contiguous range ``[start, end)`` of the ``n_items`` work items: equal counts (one more
+    for some). Spread: the longer ranges (and with fewer items than programs, the items) are spread over the
+    grid. ``FRONT_LOAD``: they go to the first programs, which the GPU starts first."""
+    if FRONT_LOAD:
+        q = n_items // nprog
+        r = n_items % nprog
+        start = pid.to(tl.int64) * q + tl.minimum(pid.to(tl.int64), r)
+        end = start + q + (pid.to(tl.int64) < r).to(tl.int64)
+    else:
+        start = pid.to(tl.int64) * n_items // nprog
+        end = (pid + 1).to(tl.int64) * n_items // nprog
+    return start, end
+
+
+@triton.jit
 def _chunk_tiles(m_ptr, eo, num_experts, num_rows, BM: tl.constexpr):
     """Row-block tiles of the experts ``eo`` (one chunk of the prologue's masked_m scan)."""
     m = tl.load(m_ptr + eo, mask=eo < num_experts, other=0)
@@ -233,6 +249,7 @@ def _silu_mul_quant_kernel(
     USE_PDL: tl.constexpr,
     EARLY_TRIGGER: tl.constexpr,  # let the next kernel launch at once (it still waits for our completion)
     IDLE_EXIT: tl.constexpr,  # a program without work items leaves before waiting for the previous kernel
+    FRONT_LOAD: tl.constexpr,  # the first programs take the longer shares (see _share)
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -250,8 +267,7 @@ def _silu_mul_quant_kernel(
         m = tl.minimum(tl.maximum(tl.load(m_ptr + e_offs, mask=valid, other=0), 0), num_rows)
         tiles = (m + (BM - 1)) // BM
         n_items = tl.sum(tiles, axis=0).to(tl.int64) * NC
-        start = pid.to(tl.int64) * n_items // nprog
-        end = (pid + 1).to(tl.int64) * n_items // nprog
+        start, end = _share(pid, nprog, n_items, FRONT_LOAD)
         t0 = (start // NC).to(tl.int32)
         c = (start % NC).to(tl.int32)
         e_cur = 0
@@ -274,8 +290,7 @@ def _silu_mul_quant_kernel(
                 total += _chunk_tiles(m_ptr, e0 + e_offs, num_experts, num_rows, BM)
                 e0 += BLOCK_E
         n_items = total.to(tl.int64) * NC
-        start = pid.to(tl.int64) * n_items // nprog
-        end = (pid + 1).to(tl.int64) * n_items // nprog
+        start, end = _share(pid, nprog, n_items, FRONT_LOAD)
         t0 = (start // NC).to(tl.int32)
         c = (start % NC).to(tl.int32)
         e_cur = 0

@@ -136,6 +136,7 @@ def plan_launch(
         BLOCK_E=block_e, ONE_CHUNK=num_experts <= block_e, HAS_LIMIT=swiglu_limit is not None,
         SWIZZLE=bool(swizzle), UE8M0=bool(ue8m0), EVEN_D=hidden % block_c == 0, PREFETCH=bool(config.prefetch),
         FAST=on_gpu, USE_PDL=use_pdl, EARLY_TRIGGER=bool(config.early_trigger), IDLE_EXIT=bool(config.idle_exit),
+        FRONT_LOAD=bool(config.front_load),
         num_warps=config.num_warps, num_stages=1,
     )
     if use_pdl:

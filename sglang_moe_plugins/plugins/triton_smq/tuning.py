@@ -22,8 +22,10 @@ class KernelConfig:
     least ``waves`` and at most ``max_waves``.
     ``max_registers`` caps registers per thread (Triton's ``maxnreg``; fewer registers, more resident
     programs). ``idle_exit``: a program without work items leaves before waiting for the previous
-    kernel (programmatic dependent launch). ``early_trigger``: the next kernel may launch when this one
-    starts instead of after its wait (measured slower at decode; kept for the variant benchmark)."""
+    kernel (programmatic dependent launch). ``front_load``: the first programs take the longer shares
+    of the items (with fewer items than programs, the items) instead of spreading them over the grid.
+    ``early_trigger``: the next kernel may launch when this one starts instead of after its wait
+    (measured slower at decode; kept for the variant benchmark)."""
 
     block_m: int
     block_c: int
@@ -37,6 +39,7 @@ class KernelConfig:
     max_programs: int | None = None
     target_programs: int | None = None
     max_waves: int = 16
+    front_load: bool = False
 
 
 _DECODE_ROWS = 2048
