@@ -46,19 +46,18 @@ PREBUILT = ROOT / ".device/sgl_prebuilt"
 
 
 def variants(case: Case) -> dict[str, KernelConfig]:
-    """The configurations timed on ``case`` (run F, 2026-12-02; earlier runs' variants are in their results'
-    ``configs``): the default, the same with the longer shares on the first programs (``fl``), and the
-    grid or waves it replaced."""
+    """The configurations timed on ``case`` (run G, 2026-12-02; earlier runs' variants are in their results'
+    ``configs``): the default, the same with the other share order (``front_load``), and the grid or
+    waves it replaced."""
     base = choose_config(case.E, case.N, case.D, case.gs, case.topk)
     r = dataclasses.replace
-    out = {"default": base, "fl": r(base, front_load=True)}
+    out = {"default": base, "share_flipped": r(base, front_load=not base.front_load)}
     if case.E > 64:
         return out
     if min(case.E * case.N, case.N * case.topk) <= 2048:
-        out.update(c8=r(base, ctas_per_sm=8), fl_c8=r(base, ctas_per_sm=8, front_load=True))
+        out.update(c8=r(base, ctas_per_sm=8))
     else:
-        out.update(w2=r(base, waves=2, target_programs=None), w4=r(base, waves=4, target_programs=None),
-                   fl_w4=r(base, waves=4, target_programs=None, front_load=True))
+        out.update(w2=r(base, waves=2, target_programs=None), w4=r(base, waves=4, target_programs=None))
     return out
 
 

@@ -184,17 +184,18 @@ def _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts, num_rows, BM: t
 
 @triton.jit
 def _share(pid, nprog, n_items, FRONT_LOAD: tl.constexpr):
-    """This program's contiguous range ``[start, end)`` of the ``n_items`` work items: equal counts (one more
-    for some). Spread: the longer ranges (and with fewer items than programs, the items) are spread over the
-    grid. ``FRONT_LOAD``: they go to the first programs, which the GPU starts first."""
+    """This program's contiguous range ``[start, end)`` of the ``n_items`` work items: equal counts, one more
+    for some, spread over the grid. ``FRONT_LOAD``, where there are at least as many items as programs:
+    the longer ranges go to the first programs, which the GPU starts first (the longest work first)."""
+    p = pid.to(tl.int64)
+    start = p * n_items // nprog
+    end = (p + 1) * n_items // nprog
     if FRONT_LOAD:
-        q = n_items // nprog
-        r = n_items % nprog
-        start = pid.to(tl.int64) * q + tl.minimum(pid.to(tl.int64), r)
-        end = start + q + (pid.to(tl.int64) < r).to(tl.int64)
-    else:
-        start = pid.to(tl.int64) * n_items // nprog
-        end = (pid + 1).to(tl.int64) * n_items // nprog
+        if n_items >= nprog:
+            q = n_items // nprog
+            r = n_items % nprog
+            start = p * q + tl.minimum(p, r)
+            end = start + q + (p < r).to(tl.int64)
     return start, end
 
 
@@ -249,7 +250,7 @@ def _silu_mul_quant_kernel(
     USE_PDL: tl.constexpr,
     EARLY_TRIGGER: tl.constexpr,  # let the next kernel launch at once (it still waits for our completion)
     IDLE_EXIT: tl.constexpr,  # a program without work items leaves before waiting for the previous kernel
-    FRONT_LOAD: tl.constexpr,  # the first programs take the longer shares (see _share)
+    FRONT_LOAD: tl.constexpr,  # with items >= programs, the first programs take the longer shares (_share)
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)

@@ -22,8 +22,8 @@ class KernelConfig:
     least ``waves`` and at most ``max_waves``.
     ``max_registers`` caps registers per thread (Triton's ``maxnreg``; fewer registers, more resident
     programs). ``idle_exit``: a program without work items leaves before waiting for the previous
-    kernel (programmatic dependent launch). ``front_load``: the first programs take the longer shares
-    of the items (with fewer items than programs, the items) instead of spreading them over the grid.
+    kernel (programmatic dependent launch). ``front_load``: where a call has at least as many items as
+    programs, the first programs (started first) take the longer shares instead of spreading them.
     ``early_trigger``: the next kernel may launch when this one starts instead of after its wait
     (measured slower at decode; kept for the variant benchmark)."""
 
@@ -75,7 +75,9 @@ def choose_config(num_experts: int, max_rows: int, hidden: int, group_size: int,
       would be mostly empty, and a program without items still scans all of masked_m.
     - E <= 64, decode sizes: items of 1024 elements, one wave of up to 16 programs per SM, but never
       more programs than :func:`item_bound` (programs without items still cost a launch slot; the
-      measurements are in docs/triton-kernel.md); programs without items leave at once.
+      measurements are in docs/triton-kernel.md); programs without items leave at once. Where the
+      items outnumber the resident programs (DSV3 EP8 at its 1024-row bound), the programs with two
+      items are the first ones (``front_load``).
     - E <= 64, prefill sizes: items of 2048 elements; about one program per 2.5 items of the row bound,
       in whole waves of as many programs as the compiled kernel keeps resident (at most 16 per SM),
       between 4 and 16 waves; idle programs leave at once. At two thirds of the row bound a program
@@ -104,7 +106,8 @@ def choose_config(num_experts: int, max_rows: int, hidden: int, group_size: int,
                             target_programs=max(1, round(items / _ITEMS_PER_PROGRAM)), max_waves=16)
     block_m = max(1, _DECODE_TILE_ELEMS // block_c)
     return KernelConfig(block_m=block_m, block_c=block_c, num_warps=4, ctas_per_sm=16, idle_exit=True,
-                        max_programs=max(1, item_bound(num_experts, max_rows, hidden, block_m, block_c, topk)))
+                        max_programs=max(1, item_bound(num_experts, max_rows, hidden, block_m, block_c, topk)),
+                        front_load=True)
 
 
 def item_bound(num_experts: int, max_rows: int, hidden: int, block_m: int, block_c: int, topk: int = 8) -> int:
