@@ -12,8 +12,8 @@ decode row counts, uniform and skewed routing, with and without swiglu_limit, fp
 - ``reference``: the torch oracle (a few shapes; it syncs on masked_m).
 
 Each time is the median over CUDA-graph replays of back-to-back calls that rotate over enough input
-sets to exceed the L2 cache (decode shapes also report a warm, single-set time). The floor is the
-bytes of real rows only (2D bf16 read + D fp8 + scales written) over the measured device copy
+sets to exceed the L2 cache, then over ``--rounds`` (3) rounds of alternating path order (decode shapes
+also report a warm, single-set time). The floor is the bytes of real rows only (2D bf16 read + D fp8 + scales written) over the measured device copy
 bandwidth; ``frac`` = floor / time. Every timed kernel's output is first checked against the
 reference on fresh random inputs (poisoned outputs, every real row written). The cases, paths,
 measurements and report live in ``sglang_moe_plugins.bench`` (``smq_cases``, ``smq_paths``,
@@ -64,6 +64,7 @@ def main() -> None:
     ap.add_argument("--no-host", action="store_true", help="skip SGLang's kernels")
     ap.add_argument("--compile-host", default="", help="only compile SGLang's modules into this directory")
     ap.add_argument("--workers", type=int, default=14)
+    ap.add_argument("--rounds", type=int, default=3, help="timing rounds per case, order alternating; median")
     args = ap.parse_args()
 
     if args.compile_host:
@@ -120,7 +121,7 @@ def main() -> None:
     results = []
     for case in cases:
         try:
-            r = bench_case(case, paths, bw, l2, log)
+            r = bench_case(case, paths, bw, l2, log, args.rounds)
         except Exception:
             log(f"{case.name}: FAILED\n{traceback.format_exc()}")
             continue

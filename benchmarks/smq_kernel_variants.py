@@ -46,18 +46,21 @@ PREBUILT = ROOT / ".device/sgl_prebuilt"
 
 
 def variants(case: Case) -> dict[str, KernelConfig]:
-    """The configurations timed on ``case`` (run G, 2026-12-02; earlier runs' variants are in their results'
-    ``configs``): the default, the same with the other share order (``front_load``), and the grid or
-    waves it replaced."""
+    """The configurations timed on ``case`` (run H, 2026-12-02; earlier runs' variants are in their results'
+    ``configs``): at E <= 64 decode sizes, the default against two-warp programs (``nw2``: the same items,
+    up to 32 per SM) and, where the items are 512 columns wide, one-row items of 1024 columns
+    (``bm1_bc1024``) and 2048-element items on 8 warps (``nw8_bm4``); elsewhere the default only."""
     base = choose_config(case.E, case.N, case.D, case.gs, case.topk)
     r = dataclasses.replace
-    out = {"default": base, "share_flipped": r(base, front_load=not base.front_load)}
-    if case.E > 64:
+    out = {"default": base}
+    if case.E > 64 or min(case.E * case.N, case.N * case.topk) > 2048:
         return out
-    if min(case.E * case.N, case.N * case.topk) <= 2048:
-        out.update(c8=r(base, ctas_per_sm=8))
-    else:
-        out.update(w2=r(base, waves=2, target_programs=None), w4=r(base, waves=4, target_programs=None))
+    out["nw2"] = r(base, num_warps=2, ctas_per_sm=32)
+    if base.block_c == 512:
+        out["bm1_bc1024"] = r(base, block_m=1, block_c=1024,
+                              max_programs=item_bound(case.E, case.N, case.D, 1, 1024, case.topk))
+        out["nw8_bm4"] = r(base, block_m=4, num_warps=8,
+                           max_programs=item_bound(case.E, case.N, case.D, 4, 512, case.topk))
     return out
 
 
