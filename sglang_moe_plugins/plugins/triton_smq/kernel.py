@@ -11,11 +11,12 @@ Design (see ``docs/triton-kernel.md`` for the measurements behind it):
 
 - Persistent grid sized to the device in whole waves: ``ctas_per_sm`` programs per SM, capped at
   the number the compiled kernel keeps resident per SM (so no wave is split), times ``waves``, and at
-  ``max_programs`` (at decode sizes: an upper bound of the work items the shape key's row bound allows);
-  independent of the data.
+  ``max_programs`` (at decode sizes: an upper bound of the work items the shape key's row bound allows;
+  at E <= 64 prefill sizes the number of waves follows that bound); independent of the data.
 - Work items are ``(expert, block of BM real rows, chunk of BC columns)``. Every program reads
   ``masked_m`` itself (no host sync, no second launch), counts the items of the real rows only,
-  takes one contiguous range of items (equal counts per program, so routing skew does not matter)
+  takes one contiguous range of items (equal counts per program, so routing skew does not matter;
+  with ``FRONT_LOAD`` and at least as many items as programs, the longer ranges on the first programs)
   and, when it has work, locates its first item with one vectorised prefix sum; it then walks its
   range in order, stepping to the next non-empty expert with one scalar read when a block of rows
   is done (never past its last item).
