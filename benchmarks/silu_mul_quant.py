@@ -13,11 +13,11 @@ decode row counts, uniform and skewed routing, with and without swiglu_limit, fp
 
 Each time is the median over CUDA-graph replays of back-to-back calls that rotate over enough input
 sets to exceed the L2 cache, then over ``--rounds`` (3) rounds of alternating path order (decode shapes
-also report a warm, single-set time). The floor is the bytes of real rows only (2D bf16 read + D fp8 + scales written) over the measured device copy
-bandwidth; ``frac`` = floor / time. Every timed kernel's output is first checked against the
-reference on fresh random inputs (poisoned outputs, every real row written). The cases, paths,
-measurements and report live in ``sglang_moe_plugins.bench`` (``smq_cases``, ``smq_paths``,
-``smq_measure``, ``smq_run``, ``report``).
+also report a warm, single-set time). The floor is the bytes of real rows only (2D bf16 read + D fp8
++ scales written) over the measured device copy bandwidth; ``frac`` = floor / time. Every timed
+kernel's output is first checked against the reference on fresh random inputs (poisoned outputs, every
+real row written). The cases, paths, measurements and report live in ``sglang_moe_plugins.bench``
+(``smq_cases``, ``smq_paths``, ``smq_measure``, ``smq_run``, ``report``).
 
 Run on the GPU machine from the repository root::
 

@@ -315,6 +315,50 @@ def test_kernel_logic_under_triton_interpreter():
         assert r["same"] >= 0.995, r
 
 
+_SHARES_SCRIPT = """
+import itertools, json
+import torch
+from sglang_moe_plugins.ops.silu_mul_quant import allocate_outputs, describe, real_rows
+from sglang_moe_plugins.plugins.triton_smq import launch as K
+from sglang_moe_plugins.plugins.triton_smq.tuning import KernelConfig
+
+K._MAX_BLOCK_E = 16  # E > 16: the chunked masked_m scan as well as the one-chunk one
+torch.manual_seed(0)
+bad = []
+for E, N, D, gs, bm, bc in [(12, 3, 32, 16, 1, 32), (40, 3, 32, 16, 1, 32), (37, 4, 64, 32, 2, 32)]:
+    x = torch.randn(E, N, 2 * D).to(torch.bfloat16)
+    for trial in range(2):
+        m = torch.randint(0, N + 1, (E,), dtype=torch.int32)
+        mask = real_rows(m, N)
+        shape, config = describe(x, m, group_size=gs, topk=8, swiglu_limit=None, scale_layout="column_major")
+        ref = None
+        for front, grid in itertools.product((False, True), (1, 2, 3, 5, 7, 64)):
+            o = allocate_outputs(shape, config, x.device)
+            o.out.view(torch.uint8).fill_(0xFF)
+            o.scale.fill_(float("nan"))
+            plan = K.plan_launch(E, N, D, group_size=gs, scale_strides=o.scale.stride(), swiglu_limit=None,
+                                 swizzle=False, ue8m0=False, config=KernelConfig(bm, bc, front_load=front),
+                                 device_index=None, pointers=(x, m, o.out, o.scale))
+            K.silu_mul_quant_kernel[(grid,)](x, m, o.out, o.scale, *plan.runtime, **plan.kwargs_dict)
+            q = o.out.view(torch.uint8)
+            if ref is None:
+                ref = (q.clone(), o.scale.clone())
+            same = torch.equal(q, ref[0]) and torch.equal(o.scale.nan_to_num(7.0), ref[1].nan_to_num(7.0))
+            written = not bool((q[mask] == 0xFF).all(-1).any()) and not bool(o.scale[mask].isnan().any())
+            if not (same and written and bool((q[~mask] == 0xFF).all())):
+                bad.append([E, N, D, front, grid, m.tolist()])
+print(json.dumps(bad))
+"""
+
+
+def test_front_loaded_and_spread_shares_give_the_same_bytes_under_the_interpreter():
+    """Both share orders (``front_load`` on and off, grids of 1-64 programs: more and fewer items than
+    programs) write every real row, leave the padding rows alone and give the same bytes."""
+    pytest.importorskip("triton")
+    out = _run_python(_SHARES_SCRIPT, env={"TRITON_INTERPRET": "1"}, timeout=600)
+    assert json.loads(out.strip().splitlines()[-1]) == []
+
+
 def test_choose_config_is_a_pure_function_of_sizes():
     pytest.importorskip("triton")
     from sglang_moe_plugins.plugins.triton_smq.tuning import choose_config
@@ -328,9 +372,10 @@ def test_choose_config_is_a_pure_function_of_sizes():
         assert cfg.block_m & (cfg.block_m - 1) == 0 and cfg.block_m >= 1
         assert cfg.block_m * cfg.block_c <= 16384
         # the compiled part depends on N only through the regime: for E <= 64 a decode and a prefill kernel,
-        # for E > 64 one kernel plus a one-row one where the row bound N * topk is at most E (N = 1, 7 here),
-        # whichever the token count
-        compiled = {(c.block_m, c.block_c, c.num_warps, c.prefetch, c.idle_exit, c.early_trigger)
+        # for E > 64 one kernel plus a one-row one where the row bound N * topk is at most E (the small N
+        # here), whichever the token count
+        compiled = {(c.block_m, c.block_c, c.num_warps, c.prefetch, c.idle_exit, c.early_trigger, c.front_load,
+                     c.max_registers)
                     for c in (choose_config(E, n, D, gs) for n in (1, 7, 64, 256, 257, 1000, 65536))}
         assert len(compiled) == 2, compiled
 
@@ -388,9 +433,7 @@ def test_choose_config_waves_by_regime():
 
 
 def test_waves_follow_the_target_in_whole_waves_between_the_bounds():
-    pytest.importorskip("triton")
-    from sglang_moe_plugins.plugins.triton_smq.launch import waves_for
-    from sglang_moe_plugins.plugins.triton_smq.tuning import KernelConfig
+    from sglang_moe_plugins.plugins.triton_smq.tuning import KernelConfig, waves_for
 
     fixed = KernelConfig(block_m=2, block_c=1024, waves=4)
     assert waves_for(fixed, 1188) == 4

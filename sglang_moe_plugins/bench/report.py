@@ -162,9 +162,9 @@ def smq_table(results: list[dict], bw: float, device: str, date: str) -> str:
     """The markdown table of ``benchmarks/silu_mul_quant.py``: one row per case, the paths side by side."""
     lines = [f"# silu_mul_quant on {device}, {date}", "",
              f"Copy ceiling (device-to-device, read + write): {bw / 1e12:.2f} TB/s. Times: median per call over "
-             "CUDA-graph replays, inputs rotated beyond L2, then the median over the timing rounds (alternating "
-             "path order; each round's time under rounds_us in the JSON). frac = floor / time. x_jit = jit_ep time / triton time "
-             "(triton in jit_ep's layout). same-bytes copy: a plain device copy moving the case's floor bytes, timed "
+             "CUDA-graph replays, inputs rotated beyond L2, then the median over the timing rounds "
+             "(alternating path order; each round's time under rounds_us in the JSON). frac = floor / time. "
+             "x_jit = jit_ep time / triton time (triton in jit_ep's layout). same-bytes copy: a plain device copy moving the case's floor bytes, timed "
              "the same way (what a copy reaches at this size).", "",
              "triton v7 = the same kernel with kernel v7's launch configuration (the run before), same layout; "
              "v7/now = its time / triton's. copy/triton = same-bytes copy time / triton's; triton - copy = the difference (us).", "",

@@ -149,12 +149,13 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log, rounds: 
                 continue
             try:
                 outs = outs_for(layout)
-                calls = [(lambda xs=xs, o=o: fn(xs, o)) for xs, o in zip(sets, outs)]
+                calls = [(lambda xs=xs, o=o, fn=fn: fn(xs, o)) for xs, o in zip(sets, outs)]
                 warm = graph_time_us(calls[:1]) if case.phase == "decode" else None
                 samples.setdefault(name, []).append((graph_time_us(calls), warm))
-                del outs
-            except Exception as exc:
-                res["paths"][name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+                del outs, calls
+            except Exception as exc:  # the rounds timed before stay in the entry, beside the error
+                res["paths"][name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}",
+                                      "rounds_us": [u for u, _ in samples.get(name, [])]}
                 log(traceback.format_exc())
     for name, layout, _ in timed:
         if name in res["paths"] or name not in samples:

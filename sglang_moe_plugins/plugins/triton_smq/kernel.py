@@ -2,10 +2,9 @@
 ``@triton.jit`` code only. The launch configuration is in :mod:`.tuning`, the grid, the constexprs and
 the launchers in :mod:`.launch`.
 
-This module imports Triton at its top level. Nothing imports it at package import time: the
-``triton`` plugin imports :mod:`.launch` (which imports this module) on its first ``prepare`` or
-``run``. Importing it defines the ``@triton.jit`` functions only; compilation happens on the first
-launch (or ``warmup``) of a given specialisation.
+This module imports Triton at its top level; the ``triton`` plugin imports :mod:`.launch` (which
+imports it) on its first ``prepare`` or ``run``, never at package import. It defines the
+``@triton.jit`` functions only; compilation happens on the first launch (or ``warmup``).
 
 Design (see ``docs/triton-kernel.md`` for the measurements behind it):
 
@@ -31,9 +30,9 @@ Design (see ``docs/triton-kernel.md`` for the measurements behind it):
   single bytes into the packed int32 words (group ``4k+j`` in byte ``j``), pad bytes zeroed; on the
   GPU with predicated inline-PTX stores that keep the reduction's register layout (no shared memory).
 - Integer arguments that vary with the token count (``N`` and the scale strides) are not
-  specialised and the compiled configuration depends on E, D, the group size and the regime
-  (decode or prefill sizes, for E <= 64; see :mod:`.tuning`) only, so one compiled kernel per regime
-  serves every token count and every ``masked_m``.
+  specialised and the compiled configuration depends on E, D, the group size and the regime (two at
+  most per shape family; see :mod:`.tuning`) only: one compiled kernel per regime serves every token
+  count and every ``masked_m``.
 
 Numerics follow the ``reference`` plugin: clamp (limit pre-rounded to bf16) on bf16 values, SiLU
 and product in fp32 (``ex2.approx`` and ``rcp.approx``, as SGLang's kernel; plain ``tl.exp`` and
@@ -185,16 +184,15 @@ def _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts, num_rows, BM: t
 
 @triton.jit
 def _share(pid, nprog, n_items, FRONT_LOAD: tl.constexpr):
-    """This program's contiguous range ``[start, end)`` of the ``n_items`` work items: equal counts, one more
-    for some, spread over the grid. ``FRONT_LOAD``, where there are at least as many items as programs:
-    the longer ranges go to the first programs, which the GPU starts first (the longest work first)."""
+    """This program's contiguous range ``[start, end)`` of the ``n_items`` items: equal counts, one more for
+    some, spread over the grid; with ``FRONT_LOAD`` and at least as many items as programs, the longer
+    ranges go to the first programs, which the GPU starts first."""
     p = pid.to(tl.int64)
     start = p * n_items // nprog
     end = (p + 1) * n_items // nprog
     if FRONT_LOAD:
         if n_items >= nprog:
-            q = n_items // nprog
-            r = n_items % nprog
+            q, r = n_items // nprog, n_items % nprog
             start = p * q + tl.minimum(p, r)
             end = start + q + (p < r).to(tl.int64)
     return start, end

@@ -21,10 +21,10 @@ import torch
 from ...log import get_logger
 from ..triton_common import LowLevelLaunch, compile_specialisation, next_pow2, ordered_arguments, pdl_supported
 from .kernel import silu_mul_quant_kernel
-from .tuning import KernelConfig, choose_config
+from .tuning import KernelConfig, choose_config, waves_for
 
 __all__ = ["LaunchPlan", "launch", "plan_launch", "prepare_launch", "pointer_dtypes", "sm_count",
-           "resident_programs_per_sm", "occupancy_records", "waves_for"]
+           "resident_programs_per_sm", "occupancy_records"]
 
 logger = get_logger(__name__)
 
@@ -151,15 +151,6 @@ def plan_launch(
     else:
         programs = 3
     return LaunchPlan(runtime, tuple(kwargs.items()), (max(1, min(max_items, programs)),), use_pdl)
-
-
-def waves_for(config: KernelConfig, wave: int) -> int:
-    """Waves of ``wave`` programs the grid holds: ``config.waves``, or with ``config.target_programs`` the
-    whole number of waves nearest to it, between ``config.waves`` and ``config.max_waves``."""
-    waves = max(1, config.waves)
-    if config.target_programs is None:
-        return waves
-    return min(max(waves, round(config.target_programs / max(1, wave))), max(waves, config.max_waves))
 
 
 def launch(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..triton_common import next_pow2
 
-__all__ = ["KernelConfig", "choose_block_c", "choose_config", "item_bound"]
+__all__ = ["KernelConfig", "choose_block_c", "choose_config", "item_bound", "waves_for"]
 
 
 @dataclass(frozen=True)
@@ -18,8 +18,8 @@ class KernelConfig:
 
     ``ctas_per_sm`` bounds the programs per SM of one wave; the launcher lowers it to what the compiled
     kernel keeps resident, then multiplies by ``waves``, and caps the grid at ``max_programs``. With
-    ``target_programs`` set, the launcher instead takes the whole number of waves nearest to it, at
-    least ``waves`` and at most ``max_waves``.
+    ``target_programs`` set, ``waves`` is a floor: the launcher takes the whole number of waves nearest
+    to the target (:func:`waves_for`), at least ``waves`` and at most ``max(waves, max_waves)``.
     ``max_registers`` caps registers per thread (Triton's ``maxnreg``; fewer registers, more resident
     programs). ``idle_exit``: a program without work items leaves before waiting for the previous
     kernel (programmatic dependent launch). ``front_load``: where a call has at least as many items as
@@ -81,8 +81,9 @@ def choose_config(num_experts: int, max_rows: int, hidden: int, group_size: int,
     - E <= 64, prefill sizes: items of 2048 elements; about one program per 2.5 items of the row bound,
       in whole waves of as many programs as the compiled kernel keeps resident (at most 16 per SM),
       between 4 and 16 waves; idle programs leave at once. At two thirds of the row bound a program
-      still gets about 1.7 items, the best share measured at every prefill shape; more waves shorten
-      the tail of a long shape (Mixtral: 16 waves), fewer keep a program's start-up amortised.
+      still gets about 1.7 items, the best share measured at the prefill shapes with D <= 3072; the
+      longest shapes (E = 64, D = 4096; Mixtral) run best on 2-3 items per program, which the 16-wave
+      cap and the rule give them, and four waves are the floor where a bound has few items (OLMoE).
 
     So E <= 64 has two compiled kernels per shape family (decode and prefill tiles), each compiled once;
     E > 64 one, or two where small token counts bring the row bound down to E. The launcher lowers
@@ -118,3 +119,13 @@ def item_bound(num_experts: int, max_rows: int, hidden: int, block_m: int, block
     rows_bound = min(num_experts * max_rows, max_rows * max(1, topk))
     row_tiles = min(num_experts * -(-max_rows // block_m), (rows_bound + num_experts * (block_m - 1)) // block_m)
     return row_tiles * -(-hidden // block_c)
+
+
+def waves_for(config: KernelConfig, wave: int) -> int:
+    """Waves of ``wave`` programs (one wave: the resident programs of all SMs) the grid holds:
+    ``config.waves``, or with ``config.target_programs`` the whole number of waves nearest to it (ties to
+    even), at least ``config.waves`` and at most ``max(config.waves, config.max_waves)``."""
+    waves = max(1, config.waves)
+    if config.target_programs is None:
+        return waves
+    return min(max(waves, round(config.target_programs / max(1, wave))), max(waves, config.max_waves))
