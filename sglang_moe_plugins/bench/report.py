@@ -164,8 +164,8 @@ def smq_table(results: list[dict], bw: float, device: str, date: str) -> str:
              f"Copy ceiling (device-to-device, read + write): {bw / 1e12:.2f} TB/s. Times: median per call over "
              "CUDA-graph replays, inputs rotated beyond L2, then the median over the timing rounds "
              "(alternating path order; each round's time under rounds_us in the JSON). frac = floor / time. "
-             "x_jit = jit_ep time / triton time (triton in jit_ep's layout). same-bytes copy: a plain device copy moving the case's floor bytes, timed "
-             "the same way (what a copy reaches at this size).", "",
+             "x_jit = jit_ep time / triton time (triton in jit_ep's layout). same-bytes copy: a plain device copy "
+             "moving the case's floor bytes, timed the same way (what a copy reaches at this size).", "",
              "triton v7 = the same kernel with kernel v7's launch configuration (the run before), same layout; "
              "v7/now = its time / triton's. copy/triton = same-bytes copy time / triton's; triton - copy = the difference (us).", "",
              "| case | E | N | D | rows | scales | limit | floor us | triton us (frac) | triton v7 us | v7/now "
