@@ -35,9 +35,9 @@ from sglang_moe_plugins.bench.smq_cases import CASES, Case, copy_bytes, floor_us
 from sglang_moe_plugins.bench.smq_measure import parallel_warm
 from sglang_moe_plugins.bench.smq_paths import Paths
 from sglang_moe_plugins.bench.smq_run import burn_in, load_host_kernels
-from sglang_moe_plugins.bench.timing import copy_bandwidth, graph_time_us, l2_bytes
+from sglang_moe_plugins.bench.timing import copy_bandwidth, graph_time_us, l2_bytes, round_orders
 from sglang_moe_plugins.ops.silu_mul_quant import allocate_outputs
-from sglang_moe_plugins.plugins.triton_smq.tuning import KernelConfig, choose_config, item_bound
+from sglang_moe_plugins.plugins.triton_smq.tuning import KernelConfig, choose_config, item_bound, row_bound
 from sglang_moe_plugins.testing.case import poison
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -53,7 +53,7 @@ def variants(case: Case) -> dict[str, KernelConfig]:
     base = choose_config(case.E, case.N, case.D, case.gs, case.topk)
     r = dataclasses.replace
     out = {"default": base}
-    if case.E > 64 or min(case.E * case.N, case.N * case.topk) > 2048:
+    if case.E > 64 or row_bound(case.E, case.N, case.topk) > 2048:
         return out
     out["nw2"] = r(base, num_warps=2, ctas_per_sm=32)
     if base.block_c == 512:
@@ -71,7 +71,7 @@ FULL_BOUND = {"DSV4-Flash EP8 prefill full", "DSV3 EP8 decode full", "DSV4-Pro E
 
 def full_bound(case: Case) -> Case | None:
     """``case`` at the row bound of its shape key (``min(E * N, N * topk)`` rows), or None if it is there."""
-    rows = min(case.E * case.N, case.N * case.topk)
+    rows = row_bound(case.E, case.N, case.topk)
     return None if rows == case.rows else dataclasses.replace(case, name=f"{case.name} full", rows=rows)
 
 
@@ -140,8 +140,7 @@ def main() -> None:
         times: dict[str, list[float]] = {n: [] for n in timed}
         times["copy_same_bytes"] = []
         with use_host_kernels(host) if host is not None else contextlib.nullcontext():
-            for r in range(args.rounds):
-                order = list(timed) if r % 2 == 0 else list(reversed(timed))
+            for order in round_orders(list(timed), args.rounds):
                 for name in order:
                     calls = [(lambda xs=xs, o=o, f=timed[name]: f(xs, o)) for xs, o in zip(sets, outs)]
                     times[name].append(graph_time_us(calls, target_ms=20.0))

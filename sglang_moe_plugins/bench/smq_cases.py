@@ -168,11 +168,10 @@ def v7_config(case: Case) -> dict:
     """The launch configuration of kernel v7 (the ``choose_config`` of 2026-11-30 to 2026-12-01): the benchmark's
     "before" column. 2048-element items on 4 warps for every N; 4 programs per SM at decode sizes, two
     waves of up to 16 for E <= 64, one wave of up to 8 beyond."""
-    from ..plugins.triton_smq.tuning import KernelConfig, choose_block_c
+    from ..plugins.triton_smq.tuning import KernelConfig, choose_block_c, row_bound
 
     block_c = choose_block_c(case.D, case.gs)
-    rows_bound = min(case.E * case.N, case.N * max(1, case.topk))
-    ctas, waves = (4, 1) if rows_bound <= 2048 else (16, 2) if case.E <= 64 else (8, 1)
+    ctas, waves = (4, 1) if row_bound(case.E, case.N, case.topk) <= 2048 else (16, 2) if case.E <= 64 else (8, 1)
     return asdict(KernelConfig(block_m=max(1, 2048 // block_c), block_c=block_c, num_warps=4, ctas_per_sm=ctas,
                                waves=waves))
 

@@ -21,7 +21,7 @@ from .smq_cases import (CASES, REFERENCE_TIMED, Case, copy_bytes, floor_us, inpu
                         v7_config)
 from .smq_paths import Paths
 from ..plugins.triton_smq.tuning import KernelConfig
-from .timing import graph_time_us, random_gateup
+from .timing import graph_time_us, random_gateup, round_orders
 
 __all__ = ["eager_time_us", "compare", "bench_case", "parallel_warm", "run_sweep"]
 
@@ -143,8 +143,8 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log, rounds: 
     if jit_via and paths.host_nopdl is not None:
         timed.append(("jit_ep_nopdl", paths.jit_layout(case), lambda xs, o: paths.run_jit_nopdl(xs, masked_m, o, case)))
     samples: dict[str, list[tuple[float, float | None]]] = {}
-    for r in range(max(1, rounds)):
-        for name, layout, fn in (timed if r % 2 == 0 else timed[::-1]):
+    for order in round_orders(timed, rounds):
+        for name, layout, fn in order:
             if name in res["paths"]:  # failed in an earlier round
                 continue
             try:

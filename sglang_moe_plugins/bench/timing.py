@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 import torch
 
-__all__ = ["Timer", "CudaGraphTimer", "copy_bandwidth", "graph_time_us", "rotation_sets", "random_gateup", "L2_BYTES_FALLBACK"]
+__all__ = ["Timer", "CudaGraphTimer", "copy_bandwidth", "graph_time_us", "round_orders", "rotation_sets", "random_gateup",
+           "L2_BYTES_FALLBACK"]
 
 #: When the device does not report its L2 size (bytes); an H200 has 60 MiB.
 L2_BYTES_FALLBACK = 64 * 2**20
@@ -33,6 +34,13 @@ def copy_bandwidth(nbytes: int = 2**30) -> float:
     del x, y
     torch.cuda.empty_cache()
     return 2 * nbytes / (us * 1e-6)
+
+
+def round_orders(items: list, rounds: int) -> Iterator[list]:
+    """The order of ``items`` in each of ``rounds`` timing rounds (at least one): forward, reversed,
+    forward, ... so that no item is always timed first."""
+    for r in range(max(1, rounds)):
+        yield items if r % 2 == 0 else items[::-1]
 
 
 def graph_time_us(calls: list[Callable[[], object]], min_calls: int = 24, target_ms: float = 40.0) -> float:

@@ -145,7 +145,8 @@ def plan_launch(
         kwargs["maxnreg"] = int(config.max_registers)
     if on_gpu:
         per_sm = min(config.ctas_per_sm, _resident(device_index, tuple(pointers) + runtime, kwargs, config.num_warps))
-        programs = sm_count(device_index) * per_sm * waves_for(config, sm_count(device_index) * per_sm)
+        wave = sm_count(device_index) * per_sm
+        programs = wave * waves_for(config, wave)
         if config.max_programs is not None:
             programs = min(programs, int(config.max_programs))
     else:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..triton_common import next_pow2
 
-__all__ = ["KernelConfig", "choose_block_c", "choose_config", "item_bound", "waves_for"]
+__all__ = ["KernelConfig", "choose_block_c", "choose_config", "item_bound", "row_bound", "waves_for"]
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def choose_config(num_experts: int, max_rows: int, hidden: int, group_size: int,
     masked_m is handled.
     """
     block_c = choose_block_c(hidden, group_size)
-    rows_bound = min(num_experts * max_rows, max_rows * max(1, topk))
+    rows_bound = row_bound(num_experts, max_rows, topk)
     decode = rows_bound <= _DECODE_ROWS
     if num_experts > _FEW_EXPERTS:
         if rows_bound <= num_experts:
@@ -111,12 +111,18 @@ def choose_config(num_experts: int, max_rows: int, hidden: int, group_size: int,
                         front_load=True)
 
 
+def row_bound(num_experts: int, max_rows: int, topk: int = 8) -> int:
+    """The most real rows a shape key's calls can have: ``min(E * N, N * topk)`` (each of the N token slots
+    routes to at most ``topk`` experts; the host's ``sum(masked_m) <= N * topk``)."""
+    return min(num_experts * max_rows, max_rows * max(1, topk))
+
+
 def item_bound(num_experts: int, max_rows: int, hidden: int, block_m: int, block_c: int, topk: int = 8) -> int:
     """An upper bound of the work items (``block_m`` rows x ``block_c`` columns) any masked_m within the host's
     row bound ``R = min(E * N, N * topk)`` gives: ``sum(ceil(m_e / BM)) <= (R + E * (BM - 1)) // BM`` row tiles
     (each expert's last tile may be partial), at most ``E * ceil(N / BM)``, times the column chunks. Exact
     for ``block_m = 1``; above the true maximum where fewer than E experts can hold rows (R < E)."""
-    rows_bound = min(num_experts * max_rows, max_rows * max(1, topk))
+    rows_bound = row_bound(num_experts, max_rows, topk)
     row_tiles = min(num_experts * -(-max_rows // block_m), (rows_bound + num_experts * (block_m - 1)) // block_m)
     return row_tiles * -(-hidden // block_c)
 
