@@ -29,6 +29,7 @@ import json
 import pstats
 
 from sglang_moe_plugins.bench.mega_overhead import cpu_hook_layer, gpu_call_overhead
+from sglang_moe_plugins.bench.provenance import run_info
 
 
 def main() -> None:
@@ -44,10 +45,10 @@ def main() -> None:
     args = parser.parse_args()
     sizes = dict(experts=args.experts, hidden=args.hidden, inter=args.inter, tokens=args.tokens, topk=args.topk)
     if not args.cpu:
-        print(json.dumps(gpu_call_overhead(**sizes, pre_dispatch=args.pre_dispatch), indent=1))
+        print(json.dumps({"run": run_info(), **gpu_call_overhead(**sizes, pre_dispatch=args.pre_dispatch)}, indent=1))
         return
     results, through = cpu_hook_layer(**sizes)
-    print(json.dumps(results, indent=1))
+    print(json.dumps({"run": run_info(), **results}, indent=1))
     if args.profile:
         profile = cProfile.Profile()
         profile.enable()
