@@ -186,6 +186,7 @@ def _share(pid, nprog, n_items, FRONT_LOAD: tl.constexpr):
     some, spread over the grid; with ``FRONT_LOAD`` the work goes to the first programs, which the GPU
     starts first: the longer ranges, or with fewer items than programs item ``p`` to program ``p``."""
     p = pid.to(tl.int64)
+    nprog = nprog.to(tl.int64)
     start = p * n_items // nprog
     end = (p + 1) * n_items // nprog
     if FRONT_LOAD:
@@ -193,7 +194,7 @@ def _share(pid, nprog, n_items, FRONT_LOAD: tl.constexpr):
             q, r = n_items // nprog, n_items % nprog
             start = p * q + tl.minimum(p, r)
             end = start + q + (p < r).to(tl.int64)
-        else:
+        if n_items < nprog:
             start = tl.minimum(p, n_items)
             end = tl.minimum(p + 1, n_items)
     return start, end
