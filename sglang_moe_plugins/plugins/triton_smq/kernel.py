@@ -2,8 +2,9 @@
 ``@triton.jit`` code only. The launch configuration is in :mod:`.tuning`, the grid, the constexprs and
 the launchers in :mod:`.launch`.
 
-This module imports Triton at its top level; the ``triton`` plugin imports :mod:`.launch` (which imports
-it) on its first ``prepare`` or ``run``, never at package import; compilation happens on the first launch.
+This module imports Triton at its top level; the ``triton`` plugin imports :mod:`.launch` (which
+imports it) on its first ``prepare`` or ``run``, never at package import. It defines the
+``@triton.jit`` functions only; compilation happens on the first launch (or ``warmup``).
 
 Design (see ``docs/triton-kernel.md`` for the measurements behind it):
 
@@ -13,10 +14,11 @@ Design (see ``docs/triton-kernel.md`` for the measurements behind it):
   at E <= 64 prefill sizes the number of waves follows that bound); independent of the data.
 - Work items are ``(expert, block of BM real rows, chunk of BC columns)``. Every program reads
   ``masked_m`` itself (no host sync, no second launch), counts the items of the real rows only,
-  takes one contiguous range of items (equal counts, so routing skew does not matter; ``FRONT_LOAD``:
-  the work on the first programs) and, when it has work, locates its first item with one vectorised
-  prefix sum; it then walks its range in order, stepping to the next non-empty expert with one scalar
-  read when a block of rows is done (never past its last item).
+  takes one contiguous range of items (equal counts per program, so routing skew does not matter;
+  with ``FRONT_LOAD`` and at least as many items as programs, the longer ranges on the first programs)
+  and, when it has work, locates its first item with one vectorised prefix sum; it then walks its
+  range in order, stepping to the next non-empty expert with one scalar read when a block of rows
+  is done (never past its last item).
 - Programmatic dependent launch on sm90+: ``masked_m`` is read before ``griddepcontrol.wait``,
   ``gateup`` and the outputs after it (SGLang's kernel makes the same assumption). ``IDLE_EXIT``:
   programs without items skip the wait (program 0 always waits, so the grid never completes before
@@ -183,10 +185,9 @@ def _advance(m_ptr, e_cur, rb, c, m_cur, tiles_cur, num_experts, num_rows, BM: t
 @triton.jit
 def _share(pid, nprog, n_items, FRONT_LOAD: tl.constexpr):
     """This program's contiguous range ``[start, end)`` of the ``n_items`` items: equal counts, one more for
-    some, spread over the grid; with ``FRONT_LOAD`` the work goes to the first programs, which the GPU
-    starts first: the longer ranges, or with fewer items than programs item ``p`` to program ``p``."""
+    some, spread over the grid; with ``FRONT_LOAD`` and at least as many items as programs, the longer
+    ranges go to the first programs, which the GPU starts first."""
     p = pid.to(tl.int64)
-    nprog = nprog.to(tl.int64)
     start = p * n_items // nprog
     end = (p + 1) * n_items // nprog
     if FRONT_LOAD:
@@ -194,9 +195,6 @@ def _share(pid, nprog, n_items, FRONT_LOAD: tl.constexpr):
             q, r = n_items // nprog, n_items % nprog
             start = p * q + tl.minimum(p, r)
             end = start + q + (p < r).to(tl.int64)
-        if n_items < nprog:
-            start = tl.minimum(p, n_items)
-            end = tl.minimum(p + 1, n_items)
     return start, end
 
 
@@ -251,7 +249,7 @@ def _silu_mul_quant_kernel(
     USE_PDL: tl.constexpr,
     EARLY_TRIGGER: tl.constexpr,  # let the next kernel launch at once (it still waits for our completion)
     IDLE_EXIT: tl.constexpr,  # a program without work items leaves before waiting for the previous kernel
-    FRONT_LOAD: tl.constexpr,  # the work on the first programs (_share)
+    FRONT_LOAD: tl.constexpr,  # with items >= programs, the first programs take the longer shares (_share)
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)

@@ -22,9 +22,8 @@ class KernelConfig:
     to the target (:func:`waves_for`), at least ``waves`` and at most ``max(waves, max_waves)``.
     ``max_registers`` caps registers per thread (Triton's ``maxnreg``; fewer registers, more resident
     programs). ``idle_exit``: a program without work items leaves before waiting for the previous
-    kernel (programmatic dependent launch). ``front_load``: the work goes to the first programs (started
-    first) instead of being spread over the grid: the longer shares where a call has at least as many
-    items as programs, one item each on programs ``0 .. items - 1`` where it has fewer.
+    kernel (programmatic dependent launch). ``front_load``: where a call has at least as many items as
+    programs, the first programs (started first) take the longer shares instead of spreading them.
     ``early_trigger``: the next kernel may launch when this one starts instead of after its wait
     (measured slower at decode; kept for the variant benchmark)."""
 
@@ -76,10 +75,9 @@ def choose_config(num_experts: int, max_rows: int, hidden: int, group_size: int,
       would be mostly empty, and a program without items still scans all of masked_m.
     - E <= 64, decode sizes: items of 1024 elements, one wave of up to 16 programs per SM, but never
       more programs than :func:`item_bound` (programs without items still cost a launch slot; the
-      measurements are in docs/triton-kernel.md); programs without items leave at once. The work goes
-      to the first programs (``front_load``): where the items outnumber the resident programs (DSV3
-      EP8 at its 1024-row bound) the programs with two items, where they are fewer (most calls below
-      the bound: Qwen3-235B EP4 at 512 of its 1024 rows) the programs with one.
+      measurements are in docs/triton-kernel.md); programs without items leave at once. Where the
+      items outnumber the resident programs (DSV3 EP8 at its 1024-row bound), the programs with two
+      items are the first ones (``front_load``).
     - E <= 64, prefill sizes: items of 2048 elements; about one program per 2.5 items of the row bound,
       in whole waves of as many programs as the compiled kernel keeps resident (at most 16 per SM),
       between 4 and 16 waves; idle programs leave at once. At two thirds of the row bound a program
