@@ -16,6 +16,8 @@ production kernel does):
 - ``EVICT``: gate/up loads with ``evict_first``.
 
 GPU only (inline PTX), and ``E <= BLOCK_E`` (one masked_m chunk), which every benchmark shape satisfies.
+``_load_tile_ev`` repeats the production ``_load_tile``'s index arithmetic with an eviction policy added, so
+that the production kernel's code stays as it is measured.
 """
 
 from __future__ import annotations

@@ -20,19 +20,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
-import json
 import multiprocessing as mp
 import pathlib
 import statistics
 import time
 
 import torch
-import triton
 
 from benchmarks.smq_exp_kernel import smq_exp_kernel
 from benchmarks.smq_kernel_variants import FULL_BOUND, full_bound
-from sglang_moe_plugins.bench.provenance import run_info
+from sglang_moe_plugins.bench.provenance import write_result
 from sglang_moe_plugins.bench.smq_cases import CASES, copy_bytes, floor_us, input_sets, masked_counts, warm_job
 from sglang_moe_plugins.bench.smq_measure import compare, parallel_warm
 from sglang_moe_plugins.bench.smq_paths import Paths
@@ -217,13 +214,7 @@ def main() -> None:
         print(f"{case.name}: {line} ok={all(checks.values())}", flush=True)
         del sets, outs, src, dst
         torch.cuda.empty_cache()
-    props = torch.cuda.get_device_properties(0)
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    payload = {"device": props.name, "date": date, "run": run_info(), "torch": torch.__version__,
-               "triton": triton.__version__, "copy_TBps": bw / 1e12, "results": results}
-    (out / f"smq_experiment_{date}_{props.name.replace(' ', '-')}.json").write_text(json.dumps(payload, indent=1,
-                                                                                              default=str))
-
+    write_result(out, "smq_experiment", results, copy_TBps=bw / 1e12)
 
 if __name__ == "__main__":
     main()

@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
-import json
 import pathlib
 import statistics
 
@@ -30,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from sglang_moe_plugins.bench.provenance import run_info
+from sglang_moe_plugins.bench.provenance import write_result
 from sglang_moe_plugins.bench.smq_cases import CASES, Case, copy_bytes, floor_us, input_sets, masked_counts, warm_job
 from sglang_moe_plugins.bench.smq_measure import parallel_warm
 from sglang_moe_plugins.bench.smq_paths import Paths
@@ -157,13 +155,7 @@ def main() -> None:
         print(f"{case.name}: {line} same={all(checks.values())}", flush=True)
         del sets, outs, src, dst
         torch.cuda.empty_cache()
-    props = torch.cuda.get_device_properties(0)
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    payload = {"device": props.name, "date": date, "run": run_info(), "torch": torch.__version__,
-               "triton": triton.__version__, "copy_TBps": bw / 1e12, "results": results}
-    (out / f"smq_kernel_variants_{date}_{props.name.replace(' ', '-')}.json").write_text(
-        json.dumps(payload, indent=1, default=str))
-
+    write_result(out, "smq_kernel_variants", results, copy_TBps=bw / 1e12)
 
 if __name__ == "__main__":
     main()

@@ -11,7 +11,7 @@ import torch
 
 from sglang_moe_plugins import api
 from sglang_moe_plugins.cli.bench import run_bench
-from sglang_moe_plugins.bench.provenance import COMMIT_ENV, run_info, source_commit
+from sglang_moe_plugins.bench.provenance import COMMIT_ENV, run_info, source_commit, write_result
 from sglang_moe_plugins.bench.report import rank_plugins
 from sglang_moe_plugins.bench.runner import Measurement, call_bytes
 from sglang_moe_plugins.cli import build_parser
@@ -150,6 +150,17 @@ def test_commit_is_recorded(monkeypatch):
     assert commit and (not commit.startswith("unknown") or COMMIT_ENV in commit)
     monkeypatch.setenv(COMMIT_ENV, "abc123")
     assert run_info()["commit"] == "abc123"
+
+
+def test_a_written_result_records_its_provenance_beside_the_results(monkeypatch, tmp_path):
+    monkeypatch.setenv(COMMIT_ENV, "abc123")
+    path = write_result(tmp_path, "smq_experiment", [{"case": "x", "us": 1.5}], device_name="NVIDIA H200",
+                        copy_TBps=4.2)
+    assert path.parent == tmp_path and path.name.startswith("smq_experiment_") and path.name.endswith("_NVIDIA-H200.json")
+    data = json.loads(path.read_text())
+    assert data["device"] == "NVIDIA H200" and data["run"]["commit"] == "abc123" and data["copy_TBps"] == 4.2
+    assert data["results"] == [{"case": "x", "us": 1.5}] and data["torch"] == torch.__version__
+    assert data["date"] in path.name
 
 
 @pytest.mark.gpu

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
 import pathlib
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-__all__ = ["COMMIT_ENV", "source_commit", "run_info"]
+__all__ = ["COMMIT_ENV", "source_commit", "run_info", "write_result"]
 
 #: Set it where the source tree has no ``.git`` (e.g. a copied tree): ``SGLANG_MOE_PLUGINS_COMMIT=$(git rev-parse HEAD)``.
 COMMIT_ENV = "SGLANG_MOE_PLUGINS_COMMIT"
@@ -69,3 +71,20 @@ def run_info() -> dict[str, Any]:
         "sglang": _version("sglang"),
         "sgl_deep_gemm": _version("sgl-deep-gemm"),
     }
+
+
+def write_result(out: str | os.PathLike[str], stem: str, results: list, *, device_name: str | None = None,
+                 **extra: Any) -> pathlib.Path:
+    """Write ``<stem>_<date>_<device>.json`` into ``out``: the device, the UTC date, :func:`run_info`, the torch and
+    Triton versions, ``extra`` (e.g. ``copy_TBps``) and ``results``; returns its path. ``device_name`` defaults to
+    the current CUDA device's name."""
+    import torch
+
+    if device_name is None:
+        device_name = torch.cuda.get_device_properties(torch.cuda.current_device()).name
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    payload = {"device": device_name, "date": date, "run": run_info(), "torch": torch.__version__,
+               "triton": _version("triton"), **extra, "results": results}
+    path = pathlib.Path(out) / f"{stem}_{date}_{device_name.replace(' ', '-')}.json"
+    path.write_text(json.dumps(payload, indent=1, default=str))
+    return path
