@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The device calls behind run I (docs/triton-kernel.md, "Run I"; 2026-12-02, H200): the experimental kernel's
 # variants on every benchmark shape (three rounds), the decode shapes again in nine rounds (run I2), and Nsight
-# Compute counters of the production kernel's prefill launches (results/smq_ncu_2026-12-02_NVIDIA-H200.csv).
+# Compute counters of the prefill launches of the production kernel and of SGLang's kernel where it takes the
+# shape (results/smq_ncu_2026-12-02_NVIDIA-H200.csv). The steps' time limits add up to more than one 600 s device
+# call: run I was `all` minus the others, run I2 `decode` and `ncu` in one call.
 # Needs .whl/ (apache-tvm-ffi, sgl-deep-gemm cp312) and .device/ (the sglang wheel's JIT sources under .device/sgl_jit,
 # modules prebuilt under .device/sgl_prebuilt: `benchmarks/silu_mul_quant.py --compile-host` on a CPU machine with
 # nvcc) carried. Usage: GIT_COMMIT=<sha> bash benchmarks/run_smq_experiment_h200.sh [all|decode|ncu]

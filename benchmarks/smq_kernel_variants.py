@@ -157,5 +157,6 @@ def main() -> None:
         torch.cuda.empty_cache()
     write_result(out, "smq_kernel_variants", results, copy_TBps=bw / 1e12)
 
+
 if __name__ == "__main__":
     main()

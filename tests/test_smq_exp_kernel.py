@@ -45,11 +45,20 @@ def compile_exp():
     return run
 
 
+def _body(ptx: str) -> str:
+    """The instructions of a PTX listing, without its debug sections and comments."""
+    lines = (line.split("//")[0].strip() for line in ptx.split(".section")[0].splitlines())
+    return "\n".join(line for line in lines if line and not line.startswith(".loc"))
+
+
 def test_the_default_and_the_static_switches_compile_without_atomics(compile_exp):
+    default = _body(compile_exp())
     for switches in ({}, {"PACK_FIRST": True}, {"ACTIVE": True, "IDLE_EXIT": True}, {"EVICT": True}):
         ptx = compile_exp(**switches)
         assert "griddepcontrol.wait" in ptx, switches
         assert "atom.global" not in ptx, switches
+        # a switch that compiles to the default's code would measure nothing
+        assert (_body(ptx) != default) == bool(switches), switches
 
 
 def test_evict_first_marks_the_loads(compile_exp):

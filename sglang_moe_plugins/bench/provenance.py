@@ -80,6 +80,9 @@ def write_result(out: str | os.PathLike[str], stem: str, results: list, *, devic
     the current CUDA device's name."""
     import torch
 
+    taken = {"device", "date", "run", "torch", "triton", "results"} & set(extra)
+    if taken:
+        raise ValueError(f"write_result: extra keys {sorted(taken)} would replace the provenance; allowed: any other key")
     if device_name is None:
         device_name = torch.cuda.get_device_properties(torch.cuda.current_device()).name
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
