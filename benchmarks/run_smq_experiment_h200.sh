@@ -3,10 +3,11 @@
 # variants on every benchmark shape (three rounds), the decode shapes again in nine rounds (run I2), and Nsight
 # Compute counters of the prefill launches of the production kernel and of SGLang's kernel where it takes the
 # shape (results/smq_ncu_2026-12-02_NVIDIA-H200.csv). The steps' time limits add up to more than one 600 s device
-# call: run I was `all` minus the others, run I2 `decode` and `ncu` in one call.
+# call: run I was `all` minus the others, run I2 `decode` and `ncu` in one call. `ncu-decode`: the counters of the decode
+# launches, kernel v7's configuration beside the default (results/smq_ncu_decode_2026-12-02_NVIDIA-H200.csv).
 # Needs .whl/ (apache-tvm-ffi, sgl-deep-gemm cp312) and .device/ (the sglang wheel's JIT sources under .device/sgl_jit,
 # modules prebuilt under .device/sgl_prebuilt: `benchmarks/silu_mul_quant.py --compile-host` on a CPU machine with
-# nvcc) carried. Usage: GIT_COMMIT=<sha> bash benchmarks/run_smq_experiment_h200.sh [all|decode|ncu]
+# nvcc) carried. Usage: GIT_COMMIT=<sha> bash benchmarks/run_smq_experiment_h200.sh [all|decode|ncu|ncu-decode]
 set -u
 export OUT=${OUT:-/tmp/o}
 T0=$(date +%s)
@@ -34,6 +35,12 @@ case "${1:-all}" in all|ncu)
   timeout 300 ncu --clock-control none -k regex:silu --metrics "$M" --csv python3 benchmarks/smq_ncu_probe.py \
     --only "$PRE" > "$OUT/n/ncu.csv" 2> "$OUT/n/ncu.err"
   echo "ncu rc=$? $(( $(date +%s) - T0 )) s" >> "$OUT/times.txt" ;;
+esac
+case "${1:-all}" in ncu-decode)
+  NDEC="Qwen3-235B EP4 decode,DSV4-Pro EP8 decode ue8m0,DSV3 EP8 decode,DSV4-Flash EP8 decode"
+  timeout 300 ncu --clock-control none -k regex:silu --metrics "$M" --csv python3 benchmarks/smq_ncu_probe.py --v7 \
+    --only "$NDEC,Qwen3-30B EP1 decode 16,Qwen3-Next EP1 decode" > "$OUT/n/ncu_decode.csv" 2> "$OUT/n/ncu_decode.err"
+  echo "ncu-decode rc=$? $(( $(date +%s) - T0 )) s" >> "$OUT/times.txt" ;;
 esac
 cp "$OUT/env.txt" "$OUT/times.txt" "$OUT/x/"
 # the device tool returns a limited number of files: one archive
