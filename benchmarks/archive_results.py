@@ -21,7 +21,8 @@ RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 CURRENT = (
     "silu_mul_quant_2026-12-02_NVIDIA-H200.json", "silu_mul_quant_2026-12-02_NVIDIA-H200.md",
     "silu_mul_quant_2026-12-02_NVIDIA-H200.png", "smq_kernel_variants_2026-12-02_NVIDIA-H200.json",
-    "smq_ncu_2026-12-02_NVIDIA-H200.csv", "smq_experiment_2026-12-02_NVIDIA-H200.json",
+    "smq_ncu_2026-12-02_NVIDIA-H200.csv", "smq_ncu_decode_2026-12-02_NVIDIA-H200.csv",
+    "smq_experiment_2026-12-02_NVIDIA-H200.json",
     "mega_pre_dispatch_h200.json", "mega_pre_dispatch_h200.md",
     "host_overhead_NVIDIA-H200.json", "host_overhead_NVIDIA-H200.md", "host_overhead_cpu_compare.json",
     "host_overhead_cpu_compare.md", "host_overhead_kernels_NVIDIA-H200.json", "mega_call_overhead_cpu_compare.md",
