@@ -161,6 +161,8 @@ def test_a_written_result_records_its_provenance_beside_the_results(monkeypatch,
     assert data["device"] == "NVIDIA H200" and data["run"]["commit"] == "abc123" and data["copy_TBps"] == 4.2
     assert data["results"] == [{"case": "x", "us": 1.5}] and data["torch"] == torch.__version__
     assert data["date"] in path.name
+    with pytest.raises(ValueError, match=r"extra keys \['device', 'run'\] would replace the provenance"):
+        write_result(tmp_path, "x", [], device_name="NVIDIA H200", device="other", run={})
 
 
 @pytest.mark.gpu
