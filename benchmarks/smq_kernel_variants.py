@@ -30,7 +30,7 @@ import triton.language as tl
 
 from sglang_moe_plugins.bench.provenance import write_result
 from sglang_moe_plugins.bench.smq_cases import CASES, Case, copy_bytes, floor_us, input_sets, masked_counts, warm_job
-from sglang_moe_plugins.bench.smq_measure import parallel_warm
+from sglang_moe_plugins.bench.smq_measure import bit_identical, parallel_warm
 from sglang_moe_plugins.bench.smq_paths import Paths
 from sglang_moe_plugins.bench.smq_run import burn_in, load_host_kernels
 from sglang_moe_plugins.bench.timing import copy_bandwidth, graph_time_us, l2_bytes, round_orders
@@ -123,8 +123,7 @@ def main() -> None:
             paths.run_triton(sets[0], m, got, case, layout, kcfg=k)
             torch.cuda.synchronize()
             c = compare(ref, got, m, case.N, case.ue8m0)
-            checks[name] = (c["q_identical"] == 1.0 and c["scale_err"] == 0.0 and c["unwritten_values"] == 0
-                            and c["unwritten_scales"] == 0)
+            checks[name] = bit_identical(c)
         timed = {name: (lambda xs, o, k=k: paths.run_triton(xs, m, o, case, layout, kcfg=k)) for name, k in cfgs.items()}
         if paths.jit_via(case) == "raw":
             timed["sglang_jit"] = lambda xs, o: paths.run_jit(xs, m, o, case, "raw")

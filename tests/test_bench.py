@@ -178,3 +178,38 @@ def test_bench_on_the_gpu(tmp_path, capsys):
     triton = next(r for r in data["results"] if r["plugin"] == "triton")
     assert triton["status"] == "timed" and 0 < triton["us"] < 1e4 and 0 < triton["frac"] <= 1.2
     assert load_config({"SGLANG_MOE_PLUGINS_CONFIG": str(tmp_path / "p.toml")}).priority
+
+
+def test_bit_identical_needs_every_real_value_and_scale_equal_and_written():
+    from sglang_moe_plugins.bench.smq_measure import bit_identical, compare
+    from sglang_moe_plugins.ops.silu_mul_quant import allocate_outputs, describe
+    from sglang_moe_plugins.testing.case import poison
+
+    x = torch.randn(3, 4, 256).to(torch.bfloat16)
+    m = torch.tensor([4, 1, 2], dtype=torch.int32)
+    shape, config = describe(x, m, group_size=128, topk=2, swiglu_limit=None, scale_layout="row_major")
+    ref = allocate_outputs(shape, config, x.device)
+    ref.out.view(torch.uint8).copy_(torch.randint(0, 0x7E, ref.out.shape, dtype=torch.uint8))
+    ref.scale.copy_(torch.rand(ref.scale.shape) + 0.5)
+
+    def copy():
+        got = allocate_outputs(shape, config, x.device)
+        poison(got)
+        got.out.copy_(ref.out)
+        got.scale.copy_(ref.scale)
+        return got
+
+    assert bit_identical(compare(ref, copy(), m, 4, False))
+    value = copy()
+    value.out.view(torch.uint8)[1, 0, 5] ^= 1  # a real row (expert 1 holds one)
+    assert not bit_identical(compare(ref, value, m, 4, False))
+    scale = copy()
+    scale.scale[2, 1, 0] *= 1.0000001  # the second real row of expert 2
+    assert not bit_identical(compare(ref, scale, m, 4, False))
+    unwritten = copy()
+    poison(unwritten)
+    assert not bit_identical(compare(ref, unwritten, m, 4, False))
+    padding = copy()
+    padding.out.view(torch.uint8)[1, 3, 0] ^= 1  # a padding row: not compared
+    assert bit_identical(compare(ref, padding, m, 4, False))
+

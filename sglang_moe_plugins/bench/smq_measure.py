@@ -23,7 +23,7 @@ from .smq_paths import Paths
 from ..plugins.triton_smq.tuning import KernelConfig
 from .timing import graph_time_us, random_gateup, round_orders
 
-__all__ = ["eager_time_us", "compare", "bench_case", "parallel_warm", "run_sweep"]
+__all__ = ["eager_time_us", "compare", "bit_identical", "bench_case", "parallel_warm", "run_sweep"]
 
 
 def eager_time_us(fn: Callable[[], None], n: int = 5) -> float:
@@ -69,6 +69,13 @@ def compare(ref: SiluMulQuantOutputs, got: SiluMulQuantOutputs, masked_m: torch.
     res["pass"] = (res["q_identical"] >= 0.999 and res["q_within_one_step"] and scale_ok
                    and res["unwritten_values"] == 0 and res["unwritten_scales"] == 0)
     return res
+
+
+def bit_identical(result: dict) -> bool:
+    """Whether a :func:`compare` result shows the same bytes on every real row: every fp8 value and every
+    scale equal, nothing left unwritten (the check of the variant benchmarks against their reference kernel)."""
+    return (result["q_identical"] == 1.0 and result["scale_err"] == 0.0 and result["unwritten_values"] == 0
+            and result["unwritten_scales"] == 0)
 
 
 def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log, rounds: int = 3) -> dict:
@@ -212,8 +219,10 @@ def _warm_worker(jobs: list) -> int:
     return len(jobs)
 
 
-def parallel_warm(jobs: list, workers: int = 14) -> float:
-    """Compile Triton specialisations in worker processes (fills the on-disk cache)."""
+def parallel_warm(jobs: list, workers: int = 14, worker: Callable[[list], int] | None = None) -> float:
+    """Compile Triton specialisations in worker processes (fills the on-disk cache): ``worker`` (default: this
+    module's, for :func:`~.smq_cases.warm_job` tuples) is called in each process with its share of the
+    distinct ``jobs``; it must be importable by a spawned process."""
     t = time.time()
     jobs = sorted(set(jobs), key=str)
     if not jobs:
@@ -221,7 +230,7 @@ def parallel_warm(jobs: list, workers: int = 14) -> float:
     chunks = [jobs[i::workers] for i in range(workers) if jobs[i::workers]]
     ctx = mp.get_context("spawn")
     with ctx.Pool(len(chunks)) as pool:
-        pool.map(_warm_worker, chunks)
+        pool.map(worker or _warm_worker, chunks)
     return time.time() - t
 
 
