@@ -23,6 +23,8 @@ M=$M,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_o
 M=$M,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,smsp__inst_executed.sum
 M=$M,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,lts__t_sectors_op_write.sum
 M=$M,smsp__cycles_active.avg.pct_of_peak_sustained_elapsed,dram__cycles_active.avg.pct_of_peak_sustained_elapsed
+# the counters' CSV starts with one line of provenance (commit, device, driver, versions)
+run_line() { python3 -c "import json; from sglang_moe_plugins.bench.provenance import run_info; print('# run:', json.dumps(run_info()))"; }
 case "${1:-all}" in all)
   timeout 420 python3 benchmarks/smq_experiment.py --out "$OUT/x" > "$OUT/x/log.txt" 2>&1
   echo "run I rc=$? $(( $(date +%s) - T0 )) s" >> "$OUT/times.txt" ;;
@@ -32,14 +34,16 @@ case "${1:-all}" in all|decode)
   echo "run I2 rc=$? $(( $(date +%s) - T0 )) s" >> "$OUT/times.txt" ;;
 esac
 case "${1:-all}" in all|ncu)
+  run_line > "$OUT/n/ncu.csv"
   timeout 300 ncu --clock-control none -k regex:silu --metrics "$M" --csv python3 benchmarks/smq_ncu_probe.py \
-    --only "$PRE" > "$OUT/n/ncu.csv" 2> "$OUT/n/ncu.err"
+    --only "$PRE" >> "$OUT/n/ncu.csv" 2> "$OUT/n/ncu.err"
   echo "ncu rc=$? $(( $(date +%s) - T0 )) s" >> "$OUT/times.txt" ;;
 esac
 case "${1:-all}" in ncu-decode)
   NDEC="Qwen3-235B EP4 decode,DSV4-Pro EP8 decode ue8m0,DSV3 EP8 decode,DSV4-Flash EP8 decode"
+  run_line > "$OUT/n/ncu_decode.csv"
   timeout 300 ncu --clock-control none -k regex:silu --metrics "$M" --csv python3 benchmarks/smq_ncu_probe.py --v7 \
-    --only "$NDEC,Qwen3-30B EP1 decode 16,Qwen3-Next EP1 decode" > "$OUT/n/ncu_decode.csv" 2> "$OUT/n/ncu_decode.err"
+    --only "$NDEC,Qwen3-30B EP1 decode 16,Qwen3-Next EP1 decode" >> "$OUT/n/ncu_decode.csv" 2> "$OUT/n/ncu_decode.err"
   echo "ncu-decode rc=$? $(( $(date +%s) - T0 )) s" >> "$OUT/times.txt" ;;
 esac
 cp "$OUT/env.txt" "$OUT/times.txt" "$OUT/x/"
