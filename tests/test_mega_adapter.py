@@ -164,14 +164,38 @@ def test_a_layer_is_planned_once_and_checked_per_call(monkeypatch: pytest.Monkey
     assert again.plan is not first.plan and described == [1]
 
 
-def test_the_plan_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+def _fill_plans(monkeypatch: pytest.MonkeyPatch, cap: int) -> tuple[list, list]:
+    """Four layers' plans (four live experts objects, kept by the caller) with the cache capped at ``cap``."""
     from sglang_moe_plugins.integrations.sglang import mega_plan
 
-    monkeypatch.setattr(mega_plan, "MAX_PLANS", 2)
+    monkeypatch.setattr(mega_plan, "MAX_PLANS", cap)
     problem = make_problem("fp8xfp4", seed=49)
-    for rsf in (1.0, 2.0, 3.0, 4.0):
-        assert _call(problem, routed_scaling_factor=rsf) is not None
-    assert len(ma.PLANS) <= 2
+    layers = [_experts(problem) for _ in range(4)]
+    calls = [_call(problem, experts, routed_scaling_factor=rsf) for experts, rsf in zip(layers, (1.0, 2.0, 3.0, 4.0))]
+    assert all(c is not None for c in calls)
+    return layers, calls
+
+
+def _assert_capped_at_two(calls: list) -> None:
+    """Cap 2, four live layers: the third plan cleared the cache, so the newest two remain."""
+    assert len(ma.PLANS) == 2, len(ma.PLANS)
+    assert {id(p) for p in ma.PLANS.values()} == {id(calls[2].plan), id(calls[3].plan)}
+
+
+def test_the_plan_cache_is_bounded(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    layers, calls = _fill_plans(monkeypatch, 2)
+    _assert_capped_at_two(calls)
+    assert [r.levelname for r in caplog.records if "cache cleared" in r.getMessage()] == ["WARNING"]
+    del layers[3]  # a freed layer still takes its plan with it
+    assert list(ma.PLANS.values()) == [calls[2].plan]
+
+
+def test_the_bound_check_fails_when_the_cap_is_not_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Injected fault: no effective cap. The same check fails (all four live plans stay)."""
+    layers, calls = _fill_plans(monkeypatch, 10**9)
+    assert len(ma.PLANS) == 4 and len(layers) == 4
+    with pytest.raises(AssertionError):
+        _assert_capped_at_two(calls)
 
 
 def test_variant_of() -> None:
