@@ -19,15 +19,25 @@ import subprocess
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 CURRENT = (
-    "silu_mul_quant_2026-12-02_NVIDIA-H200.json", "silu_mul_quant_2026-12-02_NVIDIA-H200.md",
-    "silu_mul_quant_2026-12-02_NVIDIA-H200.png", "smq_kernel_variants_2026-12-02_NVIDIA-H200.json",
-    "smq_ncu_2026-12-02_NVIDIA-H200.csv", "smq_ncu_decode_2026-12-02_NVIDIA-H200.csv",
+    "silu_mul_quant_2026-12-02_NVIDIA-H200.json",
+    "silu_mul_quant_2026-12-02_NVIDIA-H200.md",
+    "silu_mul_quant_2026-12-02_NVIDIA-H200.png",
+    "smq_kernel_variants_2026-12-02_NVIDIA-H200.json",
+    "smq_ncu_2026-12-02_NVIDIA-H200.csv",
+    "smq_ncu_decode_2026-12-02_NVIDIA-H200.csv",
     "smq_experiment_2026-12-02_NVIDIA-H200.json",
-    "mega_pre_dispatch_h200.json", "mega_pre_dispatch_h200.md",
-    "host_overhead_NVIDIA-H200.json", "host_overhead_NVIDIA-H200.md", "host_overhead_cpu_compare.json",
-    "host_overhead_cpu_compare.md", "host_overhead_kernels_NVIDIA-H200.json", "mega_call_overhead_cpu_compare.md",
-    "mega_call_overhead_host_NVIDIA-H200.json", "mega_call_overhead_triton_NVIDIA-H200.json",
-    "mega_moe_sm90_NVIDIA-H200.json", "mega_moe_sm90_NVIDIA-H200.md",
+    "mega_pre_dispatch_h200.json",
+    "mega_pre_dispatch_h200.md",
+    "host_overhead_NVIDIA-H200.json",
+    "host_overhead_NVIDIA-H200.md",
+    "host_overhead_cpu_compare.json",
+    "host_overhead_cpu_compare.md",
+    "host_overhead_kernels_NVIDIA-H200.json",
+    "mega_call_overhead_cpu_compare.md",
+    "mega_call_overhead_host_NVIDIA-H200.json",
+    "mega_call_overhead_triton_NVIDIA-H200.json",
+    "mega_moe_sm90_NVIDIA-H200.json",
+    "mega_moe_sm90_NVIDIA-H200.md",
 )
 FIELDS = ("device", "driver", "torch", "triton", "sglang", "sgl_deep_gemm")
 
@@ -62,8 +72,12 @@ def facts(path: pathlib.Path) -> dict[str, str | None]:
                 out["sglang"] = f"{match.group(1)} (JIT sources)" if match else None
     elif path.suffix in (".txt", ".md"):
         text = path.read_text(errors="replace")[:20000]
-        for key, pattern in (("driver", r"Driver Version:\s*([\d.]+)"), ("torch", r"torch[ =]([\d.]+\+?\w*)"),
-                             ("triton", r"triton[ =]([\d.]+)"), ("device", r"(NVIDIA H\d+(?: \([^)\n]*\))?)")):
+        for key, pattern in (
+            ("driver", r"Driver Version:\s*([\d.]+)"),
+            ("torch", r"torch[ =]([\d.]+\+?\w*)"),
+            ("triton", r"triton[ =]([\d.]+)"),
+            ("device", r"(NVIDIA H\d+(?: \([^)\n]*\))?)"),
+        ):
             match = re.search(pattern, text)
             if match:
                 out[key] = match.group(1).strip()
@@ -72,7 +86,9 @@ def facts(path: pathlib.Path) -> dict[str, str | None]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keep", nargs="*", default=list(CURRENT), help="files that stay at the top (the current results)")
+    parser.add_argument(
+        "--keep", nargs="*", default=list(CURRENT), help="files that stay at the top (the current results)"
+    )
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
     groups: dict[str, list[tuple[pathlib.Path, str]]] = {}
@@ -88,7 +104,9 @@ def main() -> None:
         target = RESULTS / "archive" / folder
         target.mkdir(parents=True, exist_ok=True)
         for path, _ in files:
-            subprocess.run(["git", "mv", path.name, str(target.relative_to(RESULTS) / path.name)], check=True, cwd=RESULTS)
+            subprocess.run(
+                ["git", "mv", path.name, str(target.relative_to(RESULTS) / path.name)], check=True, cwd=RESULTS
+            )
     if not args.dry_run:
         for target in sorted((RESULTS / "archive").glob("*-*")):
             if target.is_dir():
@@ -111,12 +129,19 @@ def write_manifest(target: pathlib.Path) -> None:
         "commit_subject": subject,
         "date": date,
         "note": "the commit that added these files; the measured code is that commit's tree or its parent "
-                "(these results did not record their commit; newer ones do, under 'run')",
+        "(these results did not record their commit; newer ones do, under 'run')",
         **{k: sorted(v) or None for k, v in merged.items()},
         "files": [p.name for p in files],
     }
     (target / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    lines = [f"# Results added by {full[:12]} ({date})", "", f"Commit: `{full}` - {subject}", "", manifest["note"] + ".", ""]
+    lines = [
+        f"# Results added by {full[:12]} ({date})",
+        "",
+        f"Commit: `{full}` - {subject}",
+        "",
+        manifest["note"] + ".",
+        "",
+    ]
     lines += [f"- {k}: {', '.join(v) if v else 'not recorded'}" for k, v in ((k, manifest[k]) for k in FIELDS)]
     lines += ["", "Files:", ""] + [f"- `{name}`" for name in manifest["files"]]
     (target / "MANIFEST.md").write_text("\n".join(lines) + "\n")

@@ -50,14 +50,22 @@ def measure(args: tuple[str, ...], runs: int, env: dict[str, str]) -> dict:
             times.append(time.perf_counter() - start)
             with open(out) as f:
                 modules = json.load(f)
-    return {"args": " ".join(args), "median_s": statistics.median(times), "runs_s": times, "modules": len(modules),
-            "torch": "torch" in modules, "sglang": "sglang" in modules}
+    return {
+        "args": " ".join(args),
+        "median_s": statistics.median(times),
+        "runs_s": times,
+        "modules": len(modules),
+        "torch": "torch" in modules,
+        "sglang": "sglang" in modules,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--builtins-only", action="store_true", help="SGLANG_MOE_PLUGINS_ALLOW= (no third-party plugin)")
+    parser.add_argument(
+        "--builtins-only", action="store_true", help="SGLANG_MOE_PLUGINS_ALLOW= (no third-party plugin)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}

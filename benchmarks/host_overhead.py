@@ -35,7 +35,15 @@ import os
 import pathlib
 import platform as _platform
 
-from sglang_moe_plugins.bench.host_overhead import CALLS, REPEATS, cpu_section, device_name, gpu_section, markdown, versions
+from sglang_moe_plugins.bench.host_overhead import (
+    CALLS,
+    REPEATS,
+    cpu_section,
+    device_name,
+    gpu_section,
+    markdown,
+    versions,
+)
 from sglang_moe_plugins.bench.provenance import source_commit
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -53,16 +61,26 @@ def main() -> None:
     args = parser.parse_args()
     sections = {}
     if args.section in ("cpu", "all"):
-        sections["cpu: plugin layer through SGLang's hooked function, do-nothing plugin forced"] = cpu_section(args.repeats, args.calls)
+        sections["cpu: plugin layer through SGLang's hooked function, do-nothing plugin forced"] = cpu_section(
+            args.repeats, args.calls
+        )
     if args.section in ("gpu", "all"):
         sections["gpu: triton path vs SGLang's DSV4 JIT call"] = gpu_section(
-            args.repeats, args.calls, pathlib.Path(args.jit_root), pathlib.Path(args.prebuilt), ROOT)
+            args.repeats, args.calls, pathlib.Path(args.jit_root), pathlib.Path(args.prebuilt), ROOT
+        )
     result = {
         # the measured commit: $SGLANG_MOE_PLUGINS_COMMIT (a copied tree's .git may be older), else git
-        "meta": {"commit": source_commit(ROOT), "device": device_name(), "cpu": _platform.processor() or _platform.machine(),
-                 "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                 "repeats": args.repeats, "calls": args.calls, "versions": versions(),
-                 "load_average_1_5_15_min": [round(x, 2) for x in os.getloadavg()], "cpu_count": os.cpu_count()},
+        "meta": {
+            "commit": source_commit(ROOT),
+            "device": device_name(),
+            "cpu": _platform.processor() or _platform.machine(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "repeats": args.repeats,
+            "calls": args.calls,
+            "versions": versions(),
+            "load_average_1_5_15_min": [round(x, 2) for x in os.getloadavg()],
+            "cpu_count": os.cpu_count(),
+        },
         "sections": sections,
     }
     out = pathlib.Path(args.out)

@@ -33,8 +33,23 @@ def _git(*args: str) -> str:
 
 def _measure(tree: pathlib.Path, out: pathlib.Path, name: str, commit: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree), SGLANG_MOE_PLUGINS_COMMIT=commit)
-    subprocess.run([sys.executable, str(tree / "benchmarks" / "host_overhead.py"), "--section", "cpu",
-                    "--out", str(out), "--name", name], cwd=tree, env=env, check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(tree / "benchmarks" / "host_overhead.py"),
+            "--section",
+            "cpu",
+            "--out",
+            str(out),
+            "--name",
+            name,
+        ],
+        cwd=tree,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads((out / f"{name}.json").read_text())
 
 
@@ -51,7 +66,9 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--name", default="host_overhead_cpu_compare")
     args = parser.parse_args()
-    commits = {side: _git("rev-parse", "--short", ref) for side, ref in (("before", args.before), ("after", args.after))}
+    commits = {
+        side: _git("rev-parse", "--short", ref) for side, ref in (("before", args.before), ("after", args.after))
+    }
     work = pathlib.Path(tempfile.mkdtemp(prefix="host_overhead_compare_"))
     trees = {}
     for side, commit in commits.items():
@@ -74,23 +91,42 @@ def main() -> None:
     rows = []
     for path, shape in keys:
         cell = {side: [v for v in merged[side].get((path, shape), []) if v is not None] for side in runs}
-        rows.append({"path": path, "shape": shape, **{f"{side}_us": (statistics.median(v) if v else None) for side, v in cell.items()},
-                     **{f"{side}_rounds_us": [round(x, 3) for x in v] for side, v in cell.items()}})
+        rows.append(
+            {
+                "path": path,
+                "shape": shape,
+                **{f"{side}_us": (statistics.median(v) if v else None) for side, v in cell.items()},
+                **{f"{side}_rounds_us": [round(x, 3) for x in v] for side, v in cell.items()},
+            }
+        )
     meta = runs["after"][0]["meta"]
-    result = {"meta": {"before": commits["before"], "after": commits["after"], "rounds": args.rounds,
-                       "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                       "device": meta["device"], "cpu_count": meta["cpu_count"], "versions": meta["versions"],
-                       "load_average_1_5_15_min": [round(x, 2) for x in os.getloadavg()]},
-              "rows": rows}
+    result = {
+        "meta": {
+            "before": commits["before"],
+            "after": commits["after"],
+            "rounds": args.rounds,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "device": meta["device"],
+            "cpu_count": meta["cpu_count"],
+            "versions": meta["versions"],
+            "load_average_1_5_15_min": [round(x, 2) for x in os.getloadavg()],
+        },
+        "rows": rows,
+    }
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    lines = [f"# Host time per hooked call, before and after ({meta['device']}, {result['meta']['date']})", "",
-             f"`benchmarks/host_overhead.py --section cpu` at {commits['before']} (before) and {commits['after']} (after), "
-             f"alternating, {args.rounds} rounds each; each cell the median of the rounds' medians (5 x 1000 calls), in us; "
-             f"{meta['cpu_count']} CPUs, load average {result['meta']['load_average_1_5_15_min']} when written; versions: "
-             + ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v), "",
-             "| path | shape | before | after |", "|---|---|---|---|"]
+    lines = [
+        f"# Host time per hooked call, before and after ({meta['device']}, {result['meta']['date']})",
+        "",
+        f"`benchmarks/host_overhead.py --section cpu` at {commits['before']} (before) and {commits['after']} (after), "
+        f"alternating, {args.rounds} rounds each; each cell the median of the rounds' medians (5 x 1000 calls), in us; "
+        f"{meta['cpu_count']} CPUs, load average {result['meta']['load_average_1_5_15_min']} when written; versions: "
+        + ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v),
+        "",
+        "| path | shape | before | after |",
+        "|---|---|---|---|",
+    ]
     for r in rows:
         fmt = [("-" if r[f"{s}_us"] is None else f"{r[f'{s}_us']:.1f}") for s in ("before", "after")]
         lines.append(f"| {r['path']} | {r['shape']} | {fmt[0]} | {fmt[1]} |")

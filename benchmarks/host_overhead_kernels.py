@@ -45,9 +45,14 @@ def main() -> int:
     parser.add_argument("--iters", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    meta: dict[str, Any] = {"benchmark": "host_overhead_kernels", "commit": source_commit(ROOT), "versions": versions(),
-                            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                            "iters": args.iters, "repeats": args.repeats}
+    meta: dict[str, Any] = {
+        "benchmark": "host_overhead_kernels",
+        "commit": source_commit(ROOT),
+        "versions": versions(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "iters": args.iters,
+        "repeats": args.repeats,
+    }
     skipped = None
     try:
         import torch

@@ -47,7 +47,9 @@ def bench_case(group, name: str, tokens: int) -> dict[str, Any]:
     from mega_sm90_common import SHAPES, build_case, direct_buffer, direct_call, poisoned_outputs, sm90_plugin
 
     label, experts, hidden, inter, top_k = SHAPES[name]
-    case = build_case(group, experts=experts, hidden=hidden, inter=inter, top_k=top_k, tokens=tokens, seed=tokens + 1, label=label)
+    case = build_case(
+        group, experts=experts, hidden=hidden, inter=inter, top_k=top_k, tokens=tokens, seed=tokens + 1, label=label
+    )
     row: dict[str, Any] = {"shape": label, "E": experts, "H": hidden, "I": inter, "top_k": top_k, "T": tokens}
     buf = direct_buffer(group, case.shape)
     y = torch.empty((max(tokens, 1), hidden), dtype=torch.bfloat16, device="cuda")
@@ -55,7 +57,7 @@ def bench_case(group, name: str, tokens: int) -> dict[str, Any]:
     for choice in ("host", "triton", "torch"):
         plugin = sm90_plugin(choice)
         out = poisoned_outputs(case)
-        paths[f"plugin_{choice}"] = (lambda p=plugin, o=out: p.run(case.inputs, o, case.shape, case.config))
+        paths[f"plugin_{choice}"] = lambda p=plugin, o=out: p.run(case.inputs, o, case.shape, case.config)
     try:
         paths["unfused"] = unfused(case, deep_gemm)
     except Exception as exc:  # noqa: BLE001 - recorded, the rest still runs
@@ -63,13 +65,15 @@ def bench_case(group, name: str, tokens: int) -> dict[str, Any]:
     for path, fn in paths.items():
         try:
             issue, wall = eager_us(fn)
-            row[path] = {"gpu_us": round(gpu_us(fn), 2) if path != "plugin_torch" else None,
-                         "eager_issue_us": round(issue, 1), "eager_wall_us": round(wall, 1)}
+            row[path] = {
+                "gpu_us": round(gpu_us(fn), 2) if path != "plugin_torch" else None,
+                "eager_issue_us": round(issue, 1),
+                "eager_wall_us": round(wall, 1),
+            }
         except Exception as exc:  # noqa: BLE001
             row[path] = {"error": f"{type(exc).__name__}: {exc}"}
             traceback.print_exc()
     return row
-
 
 
 def main() -> int:
@@ -85,8 +89,13 @@ def main() -> int:
         print(f"SKIP: {why}")
         return 0
     group = single_rank_group()
-    meta = {"device": torch.cuda.get_device_name(), "driver": driver(), "commit": commit(ROOT), "versions": versions(),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    meta = {
+        "device": torch.cuda.get_device_name(),
+        "driver": driver(),
+        "commit": commit(ROOT),
+        "versions": versions(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
     rows = []
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.shapes.split(","):

@@ -54,20 +54,31 @@ def main() -> int:
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path(os.environ.get("OUT", "/tmp")))
     parser.add_argument("--no-sweep", action="store_true")
     parser.add_argument("--sweep-set", default="2", choices=sorted(SWEEP_SETS))
-    parser.add_argument("--budget-s", type=float, default=1e9, help="skip the remaining sections after this many seconds")
-    parser.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
-                        help="only time FP8 at T = 512 and 64 (H = 4096): SGLang's kernel and our tilings in turn, "
-                             "ROUNDS times, each from a fresh graph (run-to-run spread of the close cases)")
+    parser.add_argument(
+        "--budget-s", type=float, default=1e9, help="skip the remaining sections after this many seconds"
+    )
+    parser.add_argument(
+        "--interleave",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="only time FP8 at T = 512 and 64 (H = 4096): SGLang's kernel and our tilings in turn, "
+        "ROUNDS times, each from a fresh graph (run-to-run spread of the close cases)",
+    )
     args = parser.parse_args()
     started = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
 
     def save() -> None:
         (args.out / "mega_pre_dispatch.json").write_text(json.dumps(report, indent=1))
+
     torch.manual_seed(0)
     report: dict[str, Any] = {
-        "device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
-        "torch": torch.__version__, "rows_P": ROWS, "top_k": TOP_K,
+        "device": torch.cuda.get_device_name(),
+        "date": datetime.date.today().isoformat(),
+        "torch": torch.__version__,
+        "rows_P": ROWS,
+        "top_k": TOP_K,
     }
     from sglang_moe_plugins.bench.provenance import run_info
 

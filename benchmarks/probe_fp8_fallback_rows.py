@@ -22,7 +22,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def main() -> None:
     argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
-    jit = SglangJit(ROOT / ".device/sgl_jit/sglang/kernels/jit", "/tmp/sgl_jit_build", prebuilt_root=ROOT / ".device/sgl_prebuilt")
+    jit = SglangJit(
+        ROOT / ".device/sgl_jit/sglang/kernels/jit", "/tmp/sgl_jit_build", prebuilt_root=ROOT / ".device/sgl_prebuilt"
+    )
     plugin = Fp8FallbackPlugin()
     bad: dict[str, list] = {}
     with use_host_kernels(jit.host_kernels()):
@@ -41,7 +43,11 @@ def main() -> None:
                         torch.cuda.synchronize()
                         s = smq.scale_to_float(out.scale, shape, config)
                         q_bad = torch.isnan(out.out.float()).any(-1)
-                        s_bad = torch.isnan(s).any(-1) | (s <= 0).any(-1) if not config.scale_ue8m0 else (out.scale == -1).any(-1)
+                        s_bad = (
+                            torch.isnan(s).any(-1) | (s <= 0).any(-1)
+                            if not config.scale_ue8m0
+                            else (out.scale == -1).any(-1)
+                        )
                         rows = int((q_bad | s_bad).sum())
                         if rows:
                             bad[layout].append((e, n, d, rows, int(q_bad.sum()), int(s_bad.sum())))

@@ -57,9 +57,13 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="also time kernel configuration variants")
     ap.add_argument("--sweep-only", action="store_true", help="only the sweep (no table)")
     ap.add_argument("--sweep-cases", default="", help="comma-separated sweep case names (default: SWEEP_CASES)")
-    ap.add_argument("--sweep-set", default="1", choices=["1", "2", "3"],
-                    help="1: tiles x CTAs x prefetch; 2: register caps x waves; 3: prefetch x tiles x waves, "
-                         "with SGLang's kernel timed alongside")
+    ap.add_argument(
+        "--sweep-set",
+        default="1",
+        choices=["1", "2", "3"],
+        help="1: tiles x CTAs x prefetch; 2: register caps x waves; 3: prefetch x tiles x waves, "
+        "with SGLang's kernel timed alongside",
+    )
     ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
     ap.add_argument("--no-host", action="store_true", help="skip SGLang's kernels")
     ap.add_argument("--compile-host", default="", help="only compile SGLang's modules into this directory")
@@ -108,14 +112,17 @@ def main() -> None:
     bw = copy_bandwidth()
     log(f"copy bandwidth {bw / 1e12:.3f} TB/s, L2 {l2 >> 20} MiB")
     paths = Paths(host, host_nopdl)
-    log("jit_ep / fp8_fallback columns: SGLang's kernels called as SGLang calls them (raw); the plugins where "
+    log(
+        "jit_ep / fp8_fallback columns: SGLang's kernels called as SGLang calls them (raw); the plugins where "
         f"the raw call cannot run the case (jit_ep plugin {'present' if paths.jit_plugin else 'absent'}, "
-        f"fp8_fallback plugin {'present' if paths.fb_plugin else 'absent'}); jit_ep_plugin: through the jit_ep plugin")
+        f"fp8_fallback plugin {'present' if paths.fb_plugin else 'absent'}); jit_ep_plugin: through the jit_ep plugin"
+    )
 
     sweep = run_sweep(paths, bw, l2, log, sweep_names, args.sweep_set) if args.sweep else []
     if args.sweep_only:
-        (out / "sweep.json").write_text(json.dumps({"device": device, "date": date, "copy_TBps": bw / 1e12,
-                                                    "sweep": sweep}, indent=1, default=str))
+        (out / "sweep.json").write_text(
+            json.dumps({"device": device, "date": date, "copy_TBps": bw / 1e12, "sweep": sweep}, indent=1, default=str)
+        )
         return
     (out / "partial.json").write_text(json.dumps({"copy_TBps": bw / 1e12, "sweep": sweep}, default=str))
     results = []
@@ -131,12 +138,21 @@ def main() -> None:
         log(f"{case.name}: rows={r['rows']} floor={r['floor_us']:.2f}us {brief} checks_failed={list(bad)}")
         for k, v in bad.items():
             log(f"   {k}: {v}")
-        (out / "partial.json").write_text(json.dumps({"copy_TBps": bw / 1e12, "sweep": sweep, "results": results},
-                                                     default=str))
+        (out / "partial.json").write_text(
+            json.dumps({"copy_TBps": bw / 1e12, "sweep": sweep, "results": results}, default=str)
+        )
     host_us = triton_eager_host_us(cases[0], paths, log) if cases else None
-    meta = {"device": device, "date": date, "torch": torch.__version__, "triton": triton.__version__, "run": run_info(),
-            "copy_TBps": bw / 1e12, "l2_MiB": l2 >> 20, "host_kernels": None if host is None else host.source,
-            "triton_eager_host_us": host_us}
+    meta = {
+        "device": device,
+        "date": date,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "run": run_info(),
+        "copy_TBps": bw / 1e12,
+        "l2_MiB": l2 >> 20,
+        "host_kernels": None if host is None else host.source,
+        "triton_eager_host_us": host_us,
+    }
     stamp = f"{date}_{props.name.replace(' ', '-')}"
     table, summary = write_results(out, stamp, meta, bw, device, date, results, sweep, log)
     (out / "log.txt").write_text("\n".join(log_lines))

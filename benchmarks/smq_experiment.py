@@ -42,8 +42,26 @@ from sglang_moe_plugins.testing.case import poison
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 JIT_ROOT = ROOT / ".device/sgl_jit/sglang/kernels/jit"
 PREBUILT = ROOT / ".device/sgl_prebuilt"
-_SHARED = ("D", "GS", "G", "GP", "BM", "BC", "NC", "BLOCK_E", "HAS_LIMIT", "SWIZZLE", "UE8M0", "EVEN_D", "USE_PDL",
-           "IDLE_EXIT", "FRONT_LOAD", "num_warps", "num_stages", "launch_pdl")
+_SHARED = (
+    "D",
+    "GS",
+    "G",
+    "GP",
+    "BM",
+    "BC",
+    "NC",
+    "BLOCK_E",
+    "HAS_LIMIT",
+    "SWIZZLE",
+    "UE8M0",
+    "EVEN_D",
+    "USE_PDL",
+    "IDLE_EXIT",
+    "FRONT_LOAD",
+    "num_warps",
+    "num_stages",
+    "launch_pdl",
+)
 
 
 def variants(case) -> dict[str, dict]:
@@ -78,17 +96,30 @@ def base_plan(case, strides):
     from sglang_moe_plugins.plugins.triton_smq.launch import plan_launch
 
     limit = None if case.limit is None else round_to_bf16(case.limit)
-    return plan_launch(case.E, case.N, case.D, group_size=case.gs, scale_strides=strides, swiglu_limit=limit,
-                       swizzle=case.swizzle, ue8m0=case.ue8m0, config=choose_config(case.E, case.N, case.D, case.gs,
-                                                                                     case.topk),
-                       device_index=0, pointers=_dtypes(case)[:4])
+    return plan_launch(
+        case.E,
+        case.N,
+        case.D,
+        group_size=case.gs,
+        scale_strides=strides,
+        swiglu_limit=limit,
+        swizzle=case.swizzle,
+        ue8m0=case.ue8m0,
+        config=choose_config(case.E, case.N, case.D, case.gs, case.topk),
+        device_index=0,
+        pointers=_dtypes(case)[:4],
+    )
 
 
 def exp_kwargs(plan, spec: dict) -> dict:
     kw = plan.kwargs_dict
     ek = {k: kw[k] for k in _SHARED if k in kw}
-    ek.update(PACK_FIRST=bool(spec.get("pack")), ACTIVE=spec.get("active") is not None,
-              DYNAMIC=int(spec.get("dynamic", 0)), EVICT=bool(spec.get("evict")))
+    ek.update(
+        PACK_FIRST=bool(spec.get("pack")),
+        ACTIVE=spec.get("active") is not None,
+        DYNAMIC=int(spec.get("dynamic", 0)),
+        EVICT=bool(spec.get("evict")),
+    )
     if ek["DYNAMIC"]:
         ek["IDLE_EXIT"] = False
         ek["FRONT_LOAD"] = False
@@ -146,11 +177,16 @@ def main() -> None:
         plans[case.name] = base_plan(case, strides)
         layouts[case.name] = layout
         for spec in variants(case).values():
-            jobs.append((_dtypes(case) + plans[case.name].runtime + _IDLE_RUNTIME,
-                         tuple(exp_kwargs(plans[case.name], spec).items())))
+            jobs.append(
+                (
+                    _dtypes(case) + plans[case.name].runtime + _IDLE_RUNTIME,
+                    tuple(exp_kwargs(plans[case.name], spec).items()),
+                )
+            )
         del x
-    print(f"experimental warm-up of {len(jobs)} launches: {parallel_warm(jobs, worker=_compile_worker):.1f}s",
-          flush=True)
+    print(
+        f"experimental warm-up of {len(jobs)} launches: {parallel_warm(jobs, worker=_compile_worker):.1f}s", flush=True
+    )
     from sglang_moe_plugins.plugins.sglang_kernels.host import use_host_kernels
 
     burn_in()
@@ -203,15 +239,30 @@ def main() -> None:
                     times[name].append(graph_time_us(calls, target_ms=20.0))
         checks["counter_zero_after_timing"] = ctr.tolist() == [0, 0]
         med = {n: statistics.median(v) for n, v in times.items()}
-        res = {"case": dataclasses.asdict(case), "rows": rows, "layout": layout, "floor_us": fl, "us": med,
-               "rounds": times, "identical_to_production": checks,
-               "launch": {n: {"grid": g, "runtime_tail": list(r[-3:]), "resident": res_}
-                          for n, (g, r, _, res_) in launches.items()}}
+        res = {
+            "case": dataclasses.asdict(case),
+            "rows": rows,
+            "layout": layout,
+            "floor_us": fl,
+            "us": med,
+            "rounds": times,
+            "identical_to_production": checks,
+            "launch": {
+                n: {"grid": g, "runtime_tail": list(r[-3:]), "resident": res_}
+                for n, (g, r, _, res_) in launches.items()
+            },
+        }
         results.append(res)
         cp, jit = med["copy_same_bytes"], med.get("sglang_jit")
-        line = " ".join(f"{n}={v:.2f}" + (f"[c{cp / v:.3f}" + (f" j{jit / v:.3f}]" if jit else "]")
-                                           if n not in ("copy_same_bytes", "sglang_jit") else "")
-                        for n, v in med.items())
+        line = " ".join(
+            f"{n}={v:.2f}"
+            + (
+                f"[c{cp / v:.3f}" + (f" j{jit / v:.3f}]" if jit else "]")
+                if n not in ("copy_same_bytes", "sglang_jit")
+                else ""
+            )
+            for n, v in med.items()
+        )
         print(f"{case.name}: {line} ok={all(checks.values())}", flush=True)
         del sets, outs, src, dst
         torch.cuda.empty_cache()

@@ -55,16 +55,22 @@ def variants(case: Case) -> dict[str, KernelConfig]:
         return out
     out["nw2"] = r(base, num_warps=2, ctas_per_sm=32)
     if base.block_c == 512:
-        out["bm1_bc1024"] = r(base, block_m=1, block_c=1024,
-                              max_programs=item_bound(case.E, case.N, case.D, 1, 1024, case.topk))
-        out["nw8_bm4"] = r(base, block_m=4, num_warps=8,
-                           max_programs=item_bound(case.E, case.N, case.D, 4, 512, case.topk))
+        out["bm1_bc1024"] = r(
+            base, block_m=1, block_c=1024, max_programs=item_bound(case.E, case.N, case.D, 1, 1024, case.topk)
+        )
+        out["nw8_bm4"] = r(
+            base, block_m=4, num_warps=8, max_programs=item_bound(case.E, case.N, case.D, 4, 512, case.topk)
+        )
     return out
 
 
 #: The cases ``--full-bound`` adds at their row bound: one per shape key whose benchmark rows are below it.
-FULL_BOUND = {"DSV4-Flash EP8 prefill full", "DSV3 EP8 decode full", "DSV4-Pro EP8 decode ue8m0 full",
-              "Qwen3-235B EP4 decode full"}
+FULL_BOUND = {
+    "DSV4-Flash EP8 prefill full",
+    "DSV3 EP8 decode full",
+    "DSV4-Pro EP8 decode ue8m0 full",
+    "Qwen3-235B EP4 decode full",
+}
 
 
 def full_bound(case: Case) -> Case | None:
@@ -85,7 +91,9 @@ def main() -> None:
     ap.add_argument("--only", default="")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--full-bound", action="store_true", help="also time each case at its shape key's row bound")
-    ap.add_argument("--case-layout", action="store_true", help="time in the case's layout (default: SGLang's where it runs)")
+    ap.add_argument(
+        "--case-layout", action="store_true", help="time in the case's layout (default: SGLang's where it runs)"
+    )
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -124,12 +132,24 @@ def main() -> None:
             torch.cuda.synchronize()
             c = compare(ref, got, m, case.N, case.ue8m0)
             checks[name] = bit_identical(c)
-        timed = {name: (lambda xs, o, k=k: paths.run_triton(xs, m, o, case, layout, kcfg=k)) for name, k in cfgs.items()}
+        timed = {
+            name: (lambda xs, o, k=k: paths.run_triton(xs, m, o, case, layout, kcfg=k)) for name, k in cfgs.items()
+        }
         if paths.jit_via(case) == "raw":
             timed["sglang_jit"] = lambda xs, o: paths.run_jit(xs, m, o, case, "raw")
-        plan = plan_launch(case.E, case.N, case.D, group_size=case.gs, scale_strides=outs[0].scale.stride(),
-                           swiglu_limit=case.limit, swizzle=case.swizzle, ue8m0=case.ue8m0, config=cfgs["default"],
-                           device_index=0, pointers=(sets[0], m, outs[0].out, outs[0].scale))
+        plan = plan_launch(
+            case.E,
+            case.N,
+            case.D,
+            group_size=case.gs,
+            scale_strides=outs[0].scale.stride(),
+            swiglu_limit=case.limit,
+            swizzle=case.swizzle,
+            ue8m0=case.ue8m0,
+            config=cfgs["default"],
+            device_index=0,
+            pointers=(sets[0], m, outs[0].out, outs[0].scale),
+        )
         timed["pdl_floor"] = lambda xs, o: _pdl_floor_kernel[plan.grid](xs, launch_pdl=True)
         half = copy_bytes(case, rows)
         src = [torch.empty(half, dtype=torch.uint8, device="cuda") for _ in range(nsets)]
@@ -141,13 +161,22 @@ def main() -> None:
                 for name in order:
                     calls = [(lambda xs=xs, o=o, f=timed[name]: f(xs, o)) for xs, o in zip(sets, outs)]
                     times[name].append(graph_time_us(calls, target_ms=20.0))
-                times["copy_same_bytes"].append(graph_time_us([(lambda a=a, b=b: b.copy_(a)) for a, b in zip(src, dst)],
-                                                              target_ms=20.0))
+                times["copy_same_bytes"].append(
+                    graph_time_us([(lambda a=a, b=b: b.copy_(a)) for a, b in zip(src, dst)], target_ms=20.0)
+                )
         med = {n: statistics.median(v) for n, v in times.items()}
-        res = {"case": dataclasses.asdict(case), "rows": rows, "layout": layout, "floor_us": fl, "us": med,
-               "rounds": times, "identical_to_default": checks, "grid": plan.grid[0],
-               "configs": {n: dataclasses.asdict(k) for n, k in cfgs.items()},
-               "occupancy": [list(v) for k, v in occupancy_records().items() if ("D", case.D) in k[-1]]}
+        res = {
+            "case": dataclasses.asdict(case),
+            "rows": rows,
+            "layout": layout,
+            "floor_us": fl,
+            "us": med,
+            "rounds": times,
+            "identical_to_default": checks,
+            "grid": plan.grid[0],
+            "configs": {n: dataclasses.asdict(k) for n, k in cfgs.items()},
+            "occupancy": [list(v) for k, v in occupancy_records().items() if ("D", case.D) in k[-1]],
+        }
         results.append(res)
         jit = med.get("sglang_jit")
         line = " ".join(f"{n}={v:.2f}" + (f"({jit / v:.3f}x)" if jit and n in cfgs else "") for n, v in med.items())

@@ -49,7 +49,10 @@ def main() -> None:
             shape, config = paths.shape_config(sets[0], m, case, layout)
             outs = [allocate_outputs(shape, config, sets[0].device) for _ in sets]
             half = copy_bytes(case, int(m.sum()))
-            src, dst = torch.empty(half, dtype=torch.uint8, device="cuda"), torch.empty(half, dtype=torch.uint8, device="cuda")
+            src, dst = (
+                torch.empty(half, dtype=torch.uint8, device="cuda"),
+                torch.empty(half, dtype=torch.uint8, device="cuda"),
+            )
             for i in range(args.repeats + 1):
                 xs, o = sets[i % 3], outs[i % 3]
                 paths.run_triton(xs, m, o, case, layout)

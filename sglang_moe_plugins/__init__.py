@@ -75,12 +75,24 @@ __all__ = [
 
 #: Public name -> the submodule that defines it (loaded on first access).
 _LAZY = {
-    **dict.fromkeys(("dispatch", "explain", "get_registry", "get_selector", "reload", "select", "silu_mul_quant"), "api"),
+    **dict.fromkeys(
+        ("dispatch", "explain", "get_registry", "get_selector", "reload", "select", "silu_mul_quant"), "api"
+    ),
     **dict.fromkeys(("UserConfig", "load_config"), "config"),
     **dict.fromkeys(("OptionValueError", "Plugin", "Support"), "contract"),
     **dict.fromkeys(("PluginStats", "Stats", "stats"), "counters"),
-    **dict.fromkeys(("ConfigError", "InvalidArgumentError", "KernelNotAvailableError", "MoEPluginsError",
-                     "NoPluginAvailableError", "OutputValidationError", "PluginValidationError"), "errors"),
+    **dict.fromkeys(
+        (
+            "ConfigError",
+            "InvalidArgumentError",
+            "KernelNotAvailableError",
+            "MoEPluginsError",
+            "NoPluginAvailableError",
+            "OutputValidationError",
+            "PluginValidationError",
+        ),
+        "errors",
+    ),
     "Platform": "hardware",
     "OPS": "ops",
     **dict.fromkeys(("ENTRY_POINT_GROUP", "PluginRecord", "Registry"), "core.registry"),

@@ -32,8 +32,15 @@ def read_file(path: str, origin: str) -> bytes:
     if stat.S_ISDIR(info.st_mode):
         raise ConfigError(f"{origin} is a directory; it must name a TOML file") from None
     if not stat.S_ISREG(info.st_mode):
-        kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode)
-                else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a regular file")
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(info.st_mode)
+            else "a socket"
+            if stat.S_ISSOCK(info.st_mode)
+            else "a device"
+            if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+            else "not a regular file"
+        )
         raise ConfigError(f"{origin} is {kind}; it must name a regular TOML file (not opened)")
     if info.st_size > MAX_CONFIG_BYTES:
         raise ConfigError(f"{origin} is {info.st_size} bytes; a configuration file may have at most {MAX_CONFIG_BYTES}")
@@ -55,7 +62,7 @@ def parse_file(path: str, origin: str) -> dict[str, Any]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(
-            f"{origin}: not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at offset "
+            f"{origin}: not UTF-8 text (byte {exc.object[exc.start : exc.start + 1]!r} at offset "
             f"{exc.start}); TOML files are UTF-8"
         ) from None
     try:

@@ -40,7 +40,7 @@ class EventCounter:
     @property
     def value(self) -> int:
         """How many hits so far (the count's next value, read from its repr: no hit is consumed)."""
-        return int(repr(self._count)[len("count("):-1])
+        return int(repr(self._count)[len("count(") : -1])
 
 
 _lock = threading.Lock()

@@ -48,7 +48,12 @@ class NoPluginAvailableError(MoEPluginsError, RuntimeError):
     """
 
     def __init__(
-        self, op: str, key_description: str, rejections: Iterable[tuple[str, str]], hint: str = "", forced: str | None = None
+        self,
+        op: str,
+        key_description: str,
+        rejections: Iterable[tuple[str, str]],
+        hint: str = "",
+        forced: str | None = None,
     ):
         self.op = op
         self.rejections = tuple(rejections)

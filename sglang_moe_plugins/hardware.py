@@ -182,7 +182,7 @@ def _nvml_handle(lib: Any, target: int | str) -> ctypes.c_void_p | None:
     if isinstance(target, int):
         return handle if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(target), ctypes.byref(handle)) == 0 else None
     if target.startswith("MIG-GPU-"):
-        target = target[len("MIG-"):].split("/", 1)[0]
+        target = target[len("MIG-") :].split("/", 1)[0]
     elif target.startswith("MIG-"):
         mig = ctypes.c_void_p()
         if lib.nvmlDeviceGetHandleByUUID(target.encode(), ctypes.byref(mig)) != 0:

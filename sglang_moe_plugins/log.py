@@ -35,7 +35,7 @@ class _RankFilter(logging.Filter):
         if label and not getattr(record, "_moe_rank", False):
             msg = record.msg
             if isinstance(msg, str) and msg.startswith(PREFIX):
-                record.msg = f"{PREFIX} {label}{msg[len(PREFIX):]}"
+                record.msg = f"{PREFIX} {label}{msg[len(PREFIX) :]}"
             else:
                 record.msg = f"{label} {msg}"
             record._moe_rank = True  # a record passes each logger's filter once

@@ -34,8 +34,11 @@ logger = get_logger(__name__)
 
 #: Seconds between two flushes of the counters into prometheus_client.
 INTERVAL_S = 5.0
-METRIC_NAMES = ("sglang:moe_plugins_calls_total", "sglang:moe_plugins_fallbacks_total",
-                "sglang:moe_plugins_delegations_total")
+METRIC_NAMES = (
+    "sglang:moe_plugins_calls_total",
+    "sglang:moe_plugins_fallbacks_total",
+    "sglang:moe_plugins_delegations_total",
+)
 
 _lock = threading.Lock()
 _exporter: "_Exporter | None" = None
@@ -50,14 +53,21 @@ class _Exporter:
     def __init__(self) -> None:
         from prometheus_client import Counter  # noqa: PLC0415 - only with --enable-metrics
 
-        self.calls = Counter(METRIC_NAMES[0].removesuffix("_total"), "MoE kernel calls launched, per op and plugin",
-                             labelnames=["op", "plugin", "rank"])
-        self.fallbacks = Counter(METRIC_NAMES[1].removesuffix("_total"),
-                                 "MoE calls on which the plugin failed and the next plugin ran the call",
-                                 labelnames=["op", "plugin", "rank"])
-        self.delegations = Counter(METRIC_NAMES[2].removesuffix("_total"),
-                                   "Hooked MoE calls handed to SGLang's own function, per op and kind",
-                                   labelnames=["op", "kind", "rank"])
+        self.calls = Counter(
+            METRIC_NAMES[0].removesuffix("_total"),
+            "MoE kernel calls launched, per op and plugin",
+            labelnames=["op", "plugin", "rank"],
+        )
+        self.fallbacks = Counter(
+            METRIC_NAMES[1].removesuffix("_total"),
+            "MoE calls on which the plugin failed and the next plugin ran the call",
+            labelnames=["op", "plugin", "rank"],
+        )
+        self.delegations = Counter(
+            METRIC_NAMES[2].removesuffix("_total"),
+            "Hooked MoE calls handed to SGLang's own function, per op and kind",
+            labelnames=["op", "kind", "rank"],
+        )
         self._sent: dict[tuple[str, ...], int] = {}
         self._flush_lock = threading.Lock()
 
@@ -77,7 +87,9 @@ class _Exporter:
                 self._add(self.fallbacks, ("fallbacks", p.op, p.plugin), labels, p.fallbacks)
             for op, kinds in current.delegations.items():
                 for kind, value in kinds.items():
-                    self._add(self.delegations, ("delegations", op, kind), {"op": op, "kind": kind, "rank": rank}, value)
+                    self._add(
+                        self.delegations, ("delegations", op, kind), {"op": op, "kind": kind, "rank": rank}, value
+                    )
 
     def run(self, interval: float) -> None:
         event = threading.Event()
@@ -104,8 +116,11 @@ def start_metrics_export(interval: float = INTERVAL_S) -> bool:
         _exporter = exporter
     threading.Thread(target=exporter.run, args=(interval,), name="sglang-moe-plugins-metrics", daemon=True).start()
     atexit.register(flush_metrics)
-    logger.info("sglang-moe-plugins: exporting %s through prometheus_client (multiprocess mode, every %.0f s)",
-                ", ".join(METRIC_NAMES), interval)
+    logger.info(
+        "sglang-moe-plugins: exporting %s through prometheus_client (multiprocess mode, every %.0f s)",
+        ", ".join(METRIC_NAMES),
+        interval,
+    )
     return True
 
 

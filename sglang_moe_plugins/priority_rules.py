@@ -93,7 +93,9 @@ def parse_priority_rules(value: Any, where: str) -> tuple[PriorityRule, ...]:
         bounds: dict[str, list[int | None]] = {}
         for key, bound in when.items():
             if not key.endswith(_SUFFIXES) or len(key) <= 4:
-                raise ConfigError(f"{label}: bound {key!r} must be <field>_min or <field>_max (inclusive bounds on a shape field)")
+                raise ConfigError(
+                    f"{label}: bound {key!r} must be <field>_min or <field>_max (inclusive bounds on a shape field)"
+                )
             if not _int(bound):
                 raise ConfigError(f"{label}: bound {key} must be an integer, got {bound!r}")
             pair = bounds.setdefault(key[:-4], [None, None])
@@ -107,15 +109,20 @@ def parse_priority_rules(value: Any, where: str) -> tuple[PriorityRule, ...]:
         for name, prio in priority.items():
             if not _int(prio):
                 raise ConfigError(f"{label}: priority.{name} must be an integer, got {prio!r}")
-        rules.append(PriorityRule(
-            index, op,
-            tuple(sorted((name, low, high) for name, (low, high) in bounds.items())),
-            tuple(sorted(priority.items())),
-        ))
+        rules.append(
+            PriorityRule(
+                index,
+                op,
+                tuple(sorted((name, low, high) for name, (low, high) in bounds.items())),
+                tuple(sorted(priority.items())),
+            )
+        )
     return tuple(rules)
 
 
-def check_priority_rules(rules: tuple[PriorityRule, ...], plugins: Mapping[str, str], ops: Mapping[str, Any], where: str) -> None:
+def check_priority_rules(
+    rules: tuple[PriorityRule, ...], plugins: Mapping[str, str], ops: Mapping[str, Any], where: str
+) -> None:
     """Raise ConfigError for an unknown op, shape field or plugin, or a plugin of another op.
 
     ``plugins`` maps plugin name -> op; ``ops`` maps op name -> its OpSpec (``shape_type``).

@@ -110,7 +110,9 @@ def quantize_e2m1(x: torch.Tensor) -> torch.Tensor:
     does (midpoints 0.25, 1.25, 2.5, 5.0 go down; 0.75, 1.75, 3.5 go up), saturating at 6."""
     ax = x.abs()
     code = torch.zeros_like(x, dtype=torch.uint8)
-    for boundary, round_up in zip((0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0), (False, True, False, True, False, True, False)):
+    for boundary, round_up in zip(
+        (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0), (False, True, False, True, False, True, False)
+    ):
         code += (ax >= boundary if round_up else ax > boundary).to(torch.uint8)
     sign = (x < 0) & (code != 0)
     return code | (sign.to(torch.uint8) << 3)

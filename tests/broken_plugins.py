@@ -104,7 +104,7 @@ class ModifiesInputPlugin(ExampleTorchPlugin):
 
     def run(self, inputs, outputs, shape, config):
         if config.swiglu_limit is not None:
-            inputs.gateup[..., shape.hidden:].clamp_(-config.swiglu_limit, config.swiglu_limit)
+            inputs.gateup[..., shape.hidden :].clamp_(-config.swiglu_limit, config.swiglu_limit)
         super().run(inputs, outputs, shape, config)
 
 
@@ -296,9 +296,9 @@ class ReadsPastMaskedMPlugin(ExampleTorchPlugin):
         gateup = inputs.gateup.clone()
         d, g = shape.hidden, shape.group_size
         for start in range(0, n - 1, 2):  # add 0 * |partner row| to each value of the pair: NaN partners leak
-            pair = gateup[:, start:start + 2].float()
+            pair = gateup[:, start : start + 2].float()
             leak = pair.abs().amax(dim=1, keepdim=True) * 0.0
-            gateup[:, start:start + 2] = (pair + leak).to(torch.bfloat16)
+            gateup[:, start : start + 2] = (pair + leak).to(torch.bfloat16)
         super().run(dataclasses.replace(inputs, gateup=gateup), outputs, shape, config)
 
 
@@ -335,10 +335,19 @@ class MegaDecodesOncePerKeyPlugin(_MegaW4A8Only):
     def run(self, inputs, outputs, shape, config):
         key = (shape, config)
         if key not in self.weights:
-            self.weights[key] = (inputs.l1_weights, inputs.l2_weights, inputs.shared_l1_weights, inputs.shared_l2_weights)
+            self.weights[key] = (
+                inputs.l1_weights,
+                inputs.l2_weights,
+                inputs.shared_l1_weights,
+                inputs.shared_l2_weights,
+            )
         l1, l2, s1, s2 = self.weights[key]
-        mega_moe_reference(mm.MegaMoEInputs(inputs.hidden_states, inputs.topk_ids, inputs.topk_weights, l1, l2, s1, s2),
-                           outputs, shape, config)
+        mega_moe_reference(
+            mm.MegaMoEInputs(inputs.hidden_states, inputs.topk_ids, inputs.topk_weights, l1, l2, s1, s2),
+            outputs,
+            shape,
+            config,
+        )
 
 
 class MegaClaimsEpPlugin(_MegaW4A8Only):
@@ -357,11 +366,26 @@ class MegaClaimsEpPlugin(_MegaW4A8Only):
         rank = dist.get_rank(inputs.ep_group) if inputs.ep_group is not None else 0
         ids = inputs.topk_ids
         if ids is not None and shape.ep_size > 1:
-            ids = torch.where((ids >= rank * local) & (ids < (rank + 1) * local), ids - rank * local, torch.full_like(ids, -1))
-        single = mm.MegaMoEShape(local, shape.hidden, shape.intermediate, shape.top_k, shape.num_shared_experts, 1,
-                                 shape.max_tokens_per_rank)
-        mega_moe_reference(mm.MegaMoEInputs(inputs.hidden_states, ids, inputs.topk_weights, inputs.l1_weights, inputs.l2_weights,
-                                            inputs.shared_l1_weights, inputs.shared_l2_weights), outputs, single, config)
+            ids = torch.where(
+                (ids >= rank * local) & (ids < (rank + 1) * local), ids - rank * local, torch.full_like(ids, -1)
+            )
+        single = mm.MegaMoEShape(
+            local, shape.hidden, shape.intermediate, shape.top_k, shape.num_shared_experts, 1, shape.max_tokens_per_rank
+        )
+        mega_moe_reference(
+            mm.MegaMoEInputs(
+                inputs.hidden_states,
+                ids,
+                inputs.topk_weights,
+                inputs.l1_weights,
+                inputs.l2_weights,
+                inputs.shared_l1_weights,
+                inputs.shared_l2_weights,
+            ),
+            outputs,
+            single,
+            config,
+        )
 
 
 class MegaAllGatherEpPlugin(MegaClaimsEpPlugin):
@@ -381,6 +405,15 @@ class MegaAllGatherEpPlugin(MegaClaimsEpPlugin):
 
         l1 = tuple(gather(t) for t in inputs.l1_weights)
         l2 = tuple(gather(t) for t in inputs.l2_weights)
-        whole = mm.MegaMoEShape(shape.num_experts, shape.hidden, shape.intermediate, shape.top_k, shape.num_shared_experts, 1,
-                                shape.max_tokens_per_rank)
-        mega_moe_reference(mm.MegaMoEInputs(inputs.hidden_states, inputs.topk_ids, inputs.topk_weights, l1, l2), outputs, whole, config)
+        whole = mm.MegaMoEShape(
+            shape.num_experts,
+            shape.hidden,
+            shape.intermediate,
+            shape.top_k,
+            shape.num_shared_experts,
+            1,
+            shape.max_tokens_per_rank,
+        )
+        mega_moe_reference(
+            mm.MegaMoEInputs(inputs.hidden_states, inputs.topk_ids, inputs.topk_weights, l1, l2), outputs, whole, config
+        )

@@ -48,7 +48,9 @@ def make_selector():
     return build
 
 
-def random_call(e=4, n=8, d=256, group=128, topk=2, *, limit=None, swizzle=False, layout="column_major", seed=0, device="cpu"):
+def random_call(
+    e=4, n=8, d=256, group=128, topk=2, *, limit=None, swizzle=False, layout="column_major", seed=0, device="cpu"
+):
     """Fresh random inputs spanning many binades, ragged masked_m with an empty expert."""
     gen = torch.Generator().manual_seed(seed)
     mag = torch.exp2(torch.randint(-8, 6, (e, n, 1), generator=gen).float())
@@ -58,7 +60,9 @@ def random_call(e=4, n=8, d=256, group=128, topk=2, *, limit=None, swizzle=False
         masked[1] = 0
         masked[0] = n
     masked = masked.to(device)
-    shape, config = smq.describe(gateup, masked, group_size=group, topk=topk, swiglu_limit=limit, swizzle=swizzle, scale_layout=layout)
+    shape, config = smq.describe(
+        gateup, masked, group_size=group, topk=topk, swiglu_limit=limit, swizzle=swizzle, scale_layout=layout
+    )
     return smq.SiluMulQuantInputs(gateup, masked), shape, config
 
 

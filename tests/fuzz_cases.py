@@ -21,9 +21,23 @@ except ImportError:  # e.g. the GPU machine's image: tests/gpu/test_fuzz_cuda.py
     st = None
 HAVE_HYPOTHESIS = st is not None
 
-__all__ = ["PROFILE", "SEED", "SMQ_EXAMPLES", "MEGA_EXAMPLES", "HAVE_HYPOTHESIS", "fuzz_settings", "seeded",
-           "smq_calls", "draw_case", "COMPACT_GROUPS", "make_masked", "make_gateup", "independent_real_rows",
-           "describe_case", "check_smq_case"]
+__all__ = [
+    "PROFILE",
+    "SEED",
+    "SMQ_EXAMPLES",
+    "MEGA_EXAMPLES",
+    "HAVE_HYPOTHESIS",
+    "fuzz_settings",
+    "seeded",
+    "smq_calls",
+    "draw_case",
+    "COMPACT_GROUPS",
+    "make_masked",
+    "make_gateup",
+    "independent_real_rows",
+    "describe_case",
+    "check_smq_case",
+]
 
 PROFILE = os.environ.get("MOE_FUZZ_PROFILE", "ci")
 if PROFILE not in ("ci", "long"):
@@ -45,10 +59,8 @@ if HAVE_HYPOTHESIS:
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         )
 
-
     def seeded(fn):
         return seed(int(SEED))(fn) if SEED is not None else fn
-
 
     @st.composite
     def smq_calls(draw):
@@ -56,18 +68,29 @@ if HAVE_HYPOTHESIS:
         groups = draw(st.integers(1, max(1, 1536 // group)))
         e = draw(st.integers(0, 10))
         n = draw(st.integers(0, 20))
-        limit = draw(st.one_of(
-            st.none(),
-            st.sampled_from([10.0, 7.0, 1.0, 0.5]),
-            st.floats(1e-3, 1e4, allow_nan=False, allow_infinity=False),  # mostly not exact in bf16
-        ))
+        limit = draw(
+            st.one_of(
+                st.none(),
+                st.sampled_from([10.0, 7.0, 1.0, 0.5]),
+                st.floats(1e-3, 1e4, allow_nan=False, allow_infinity=False),  # mostly not exact in bf16
+            )
+        )
         # Routing: counts per expert, sometimes outside [0, N] (the op clamps them).
         routing = draw(st.sampled_from(["random", "full", "empty", "one_hot", "out_of_range"]))
         values = draw(st.sampled_from(["row_binades", "element_binades", "tiny", "sparse", "wide"]))
         return dict(
-            e=e, n=n, d=groups * group, group=group, topk=draw(st.integers(1, 8)), limit=limit,
-            swizzle=draw(st.booleans()), layout=draw(st.sampled_from(smq.SCALE_LAYOUTS)), keep_fp32=draw(st.booleans()),
-            routing=routing, values=values, seed=draw(st.integers(0, 2**31 - 1)),
+            e=e,
+            n=n,
+            d=groups * group,
+            group=group,
+            topk=draw(st.integers(1, 8)),
+            limit=limit,
+            swizzle=draw(st.booleans()),
+            layout=draw(st.sampled_from(smq.SCALE_LAYOUTS)),
+            keep_fp32=draw(st.booleans()),
+            routing=routing,
+            values=values,
+            seed=draw(st.integers(0, 2**31 - 1)),
         )
 
 
@@ -85,10 +108,18 @@ def draw_case(rng: random.Random, compact: bool = False) -> dict:
     kind = rng.randrange(3)
     limit = None if kind == 0 else (rng.choice([10.0, 7.0, 1.0, 0.5]) if kind == 1 else rng.uniform(1e-3, 1e4))
     return dict(
-        e=rng.randint(0, 10), n=rng.randint(0, 20), d=groups * group, group=group, topk=rng.randint(1, 8), limit=limit,
-        swizzle=rng.random() < 0.5, layout=rng.choice(smq.SCALE_LAYOUTS), keep_fp32=rng.random() < 0.5,
+        e=rng.randint(0, 10),
+        n=rng.randint(0, 20),
+        d=groups * group,
+        group=group,
+        topk=rng.randint(1, 8),
+        limit=limit,
+        swizzle=rng.random() < 0.5,
+        layout=rng.choice(smq.SCALE_LAYOUTS),
+        keep_fp32=rng.random() < 0.5,
         routing=rng.choice(["random", "full", "empty", "one_hot", "out_of_range"]),
-        values=rng.choice(["row_binades", "element_binades", "tiny", "sparse", "wide"]), seed=rng.randrange(2**31),
+        values=rng.choice(["row_binades", "element_binades", "tiny", "sparse", "wide"]),
+        seed=rng.randrange(2**31),
     )
 
 
@@ -132,10 +163,20 @@ def independent_real_rows(masked: torch.Tensor, n: int) -> torch.Tensor:
     return torch.tensor([[r < c for r in range(n)] for c in counts], dtype=torch.bool).reshape(len(counts), n)
 
 
-def describe_case(case: dict, gateup: torch.Tensor, masked: torch.Tensor) -> tuple[smq.SiluMulQuantShape, smq.SiluMulQuantConfig]:
+def describe_case(
+    case: dict, gateup: torch.Tensor, masked: torch.Tensor
+) -> tuple[smq.SiluMulQuantShape, smq.SiluMulQuantConfig]:
     """The ``(shape, config)`` of a case's call on these inputs."""
-    return smq.describe(gateup, masked, group_size=case["group"], topk=case["topk"], swiglu_limit=case["limit"],
-                        swizzle=case["swizzle"], scale_layout=case["layout"], keep_fp32=case["keep_fp32"])
+    return smq.describe(
+        gateup,
+        masked,
+        group_size=case["group"],
+        topk=case["topk"],
+        swiglu_limit=case["limit"],
+        swizzle=case["swizzle"],
+        scale_layout=case["layout"],
+        keep_fp32=case["keep_fp32"],
+    )
 
 
 def check_smq_case(plugin, case: dict, device: torch.device, stats, worst: dict, note=lambda message: None) -> None:

@@ -82,10 +82,17 @@ def run(args, device, dist) -> dict:
         selector = Selector(Registry.discover(load_config(), builtin_entry_points()))
 
         def call(gateup, masked, topk, limit):
-            shape, config = smq.describe(gateup, masked, group_size=128, topk=topk, swiglu_limit=limit,
-                                         scale_layout="row_major" if limit is not None else "column_major")
+            shape, config = smq.describe(
+                gateup,
+                masked,
+                group_size=128,
+                topk=topk,
+                swiglu_limit=limit,
+                scale_layout="row_major" if limit is not None else "column_major",
+            )
             outputs = selector.dispatch(smq.OP, smq.SiluMulQuantInputs(gateup, masked), shape, config)
             return outputs.out, outputs.scale
+
         via = "Selector.dispatch (what sglang_moe_plugins.silu_mul_quant and the hook call)"
     else:
         os.environ.pop("SGLANG_PLUGINS", None)
@@ -99,6 +106,7 @@ def run(args, device, dist) -> dict:
 
         def call(gateup, masked, topk, limit):
             return hooked(gateup, masked, 128, topk, swiglu_limit=limit)
+
         via = "SGLang's hooked _varlen_deep_gemm_silu_mul_quant"
         selector = api.get_selector()
 
@@ -112,12 +120,22 @@ def run(args, device, dist) -> dict:
         layout = "row_major" if limit is not None else "column_major"
         shape, config = smq.describe(gateup, masked, group_size=128, topk=topk, swiglu_limit=limit, scale_layout=layout)
         selection = selector.explain(smq.OP, shape, config)
-        choices.append({"call": label, "chosen": selection.chosen.name if selection.chosen else None,
-                        "candidates": [[c.name, c.verdict] for c in selection.candidates]})
+        choices.append(
+            {
+                "call": label,
+                "chosen": selection.chosen.name if selection.chosen else None,
+                "candidates": [[c.name, c.verdict] for c in selection.candidates],
+            }
+        )
         # The answer is right, whichever plugin gave it: the tolerance policy against fp64.
         real = smq.real_rows(masked, n)
-        verdict = compare_with_fp64(smq.SiluMulQuantInputs(gateup, masked), smq.SiluMulQuantOutputs(out, scale),
-                                    shape, config, tolerance_for(config))
+        verdict = compare_with_fp64(
+            smq.SiluMulQuantInputs(gateup, masked),
+            smq.SiluMulQuantOutputs(out, scale),
+            shape,
+            config,
+            tolerance_for(config),
+        )
         if not verdict.ok:
             raise AssertionError(f"{label}: {verdict.message}")
         checked += int(real.sum())
@@ -160,8 +178,15 @@ def run(args, device, dist) -> dict:
     hazard_strict: list = [None] * args.world
     dist.all_gather_object(hazard_strict, divergence(strict=True))
     dist.barrier()
-    return {"via": via, "choices": choices, "gathered": gathered, "identical": identical, "real_rows_checked": checked,
-            "hazard": hazard, "hazard_strict": hazard_strict}
+    return {
+        "via": via,
+        "choices": choices,
+        "gathered": gathered,
+        "identical": identical,
+        "real_rows_checked": checked,
+        "hazard": hazard,
+        "hazard_strict": hazard_strict,
+    }
 
 
 if __name__ == "__main__":

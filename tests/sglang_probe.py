@@ -38,8 +38,9 @@ def run_probe(timeout: float = 300, **env: str) -> tuple[dict, str]:
     probe's result (``patched`` targets, each call's outcome, ``stock`` ops) and its stderr."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
     full.update(env)
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(PROBE)], capture_output=True, text=True, env=full,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(PROBE)], capture_output=True, text=True, env=full, timeout=timeout
+    )
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert proc.returncode == 0 and line, proc.stderr[-3000:]
-    return json.loads(line[len("RESULT "):]), proc.stderr
+    return json.loads(line[len("RESULT ") :]), proc.stderr

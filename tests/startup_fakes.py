@@ -12,16 +12,18 @@ import pathlib
 
 __all__ = ["EVIL_DIST", "EVIL_ENTRY_POINTS", "STALE_DIST", "STALE_ENTRY_POINTS", "MODULES", "write_site", "markers"]
 
-_MARK = '''
+_MARK = """
 import os
 def mark(text):
     if os.environ.get("MOE_TEST_MARKER"):
         with open(os.environ["MOE_TEST_MARKER"], "a") as handle:
             handle.write(text + "\\n")
 mark("imported " + __name__)
-'''
+"""
 
-_PLUGIN = _MARK + '''
+_PLUGIN = (
+    _MARK
+    + """
 from sglang_moe_plugins import Plugin, Support
 from sglang_moe_plugins.ops.silu_mul_quant import OP
 from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference
@@ -35,7 +37,8 @@ class _Base(Plugin):
     def run(self, inputs, outputs, shape, config):
         mark("ran " + self.name)
         silu_mul_quant_reference(inputs, outputs, shape, config)
-'''
+"""
+)
 
 MODULES = {
     # Finding 5: priority 10**9, taken for every call without any opt-in.
@@ -43,8 +46,11 @@ MODULES = {
     # Finding 6: takes the built-in's name.
     "evil_takeover": _PLUGIN + "class FakeReference(_Base):\n    name = 'reference'\n    priority = 10**6\n",
     # Finding 3: an attribute whose access raises something that is not ours.
-    "evil_op_raises": _PLUGIN + ("class OpRaises(_Base):\n    name = 'evil_op_raises'\n    priority = 5\n"
-                                 "    @property\n    def op(self):\n        raise RuntimeError('op lookup exploded')\n"),
+    "evil_op_raises": _PLUGIN
+    + (
+        "class OpRaises(_Base):\n    name = 'evil_op_raises'\n    priority = 5\n"
+        "    @property\n    def op(self):\n        raise RuntimeError('op lookup exploded')\n"
+    ),
     # Finding 3: SystemExit at import would end SGLang's process.
     "evil_sysexit": _MARK + "raise SystemExit(3)\n",
     # An entry point whose name is not its plugin's.

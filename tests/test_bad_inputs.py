@@ -33,8 +33,16 @@ def _masked(values):
 
 
 def _args(**override):
-    args = dict(gateup=_gateup(), masked_m=_masked([5, 0, 3]), group_size=GS, topk=2,
-                swiglu_limit=None, swizzle=False, scale_layout="column_major", keep_fp32=False)
+    args = dict(
+        gateup=_gateup(),
+        masked_m=_masked([5, 0, 3]),
+        group_size=GS,
+        topk=2,
+        swiglu_limit=None,
+        swizzle=False,
+        scale_layout="column_major",
+        keep_fp32=False,
+    )
     args.update(override)
     return args
 
@@ -50,8 +58,9 @@ def _reference_selector() -> Selector:
 
 def _run(gateup, masked, *, group=GS, limit=None, layout="row_major", swizzle=False):
     """Reference through a real Selector.dispatch, outputs poisoned first; returns (inputs, outputs, shape, config)."""
-    shape, config = smq.describe(gateup, masked, group_size=group, topk=1, swiglu_limit=limit,
-                                 scale_layout=layout, swizzle=swizzle)
+    shape, config = smq.describe(
+        gateup, masked, group_size=group, topk=1, swiglu_limit=limit, scale_layout=layout, swizzle=swizzle
+    )
     inputs = smq.SiluMulQuantInputs(gateup, masked)
     outputs = smq.allocate_outputs(shape, config, gateup.device)
     poison(outputs)
@@ -81,7 +90,11 @@ INVALID = [
     ("gateup-empty-last-dim", lambda: {"gateup": torch.empty(E, N, 0, dtype=torch.bfloat16)}, "gateup.shape[2]"),
     ("gateup-transposed", lambda: {"gateup": _gateup(e=N, n=E).transpose(0, 1)}, "gateup.stride()"),
     ("gateup-column-strided", lambda: {"gateup": _strided_view(_gateup(), 2)}, "gateup.stride()"),
-    ("gateup-row-padded", lambda: {"gateup": torch.zeros(E, N, 4 * D, dtype=torch.bfloat16)[..., : 2 * D]}, "gateup.stride()"),
+    (
+        "gateup-row-padded",
+        lambda: {"gateup": torch.zeros(E, N, 4 * D, dtype=torch.bfloat16)[..., : 2 * D]},
+        "gateup.stride()",
+    ),
     ("gateup-expanded", lambda: {"gateup": _gateup(e=1).expand(E, N, 2 * D)}, "gateup.stride()"),
     ("D-not-multiple-of-group", lambda: {"gateup": _gateup(d=192)}, "gateup.shape[2] // 2 (D)"),
     ("group-size-8", lambda: {"group_size": 8}, "group_size"),
@@ -103,7 +116,11 @@ INVALID = [
     ("masked-m-rank-2", lambda: {"masked_m": _masked([[5], [0], [3]])}, "masked_m.shape"),
     ("masked-m-scalar", lambda: {"masked_m": torch.tensor(5, dtype=torch.int32)}, "masked_m.shape"),
     ("masked-m-strided", lambda: {"masked_m": _masked([5, 9, 0, 9, 3, 9])[::2]}, "masked_m.stride()"),
-    ("masked-m-other-device", lambda: {"masked_m": torch.empty(E, dtype=torch.int32, device="meta")}, "masked_m.device"),
+    (
+        "masked-m-other-device",
+        lambda: {"masked_m": torch.empty(E, dtype=torch.int32, device="meta")},
+        "masked_m.device",
+    ),
     ("swiglu-limit-zero", lambda: {"swiglu_limit": 0.0}, "swiglu_limit"),
     ("swiglu-limit-negative", lambda: {"swiglu_limit": -10.0}, "swiglu_limit"),
     ("swiglu-limit-nan", lambda: {"swiglu_limit": NAN}, "swiglu_limit"),
@@ -324,10 +341,19 @@ def _mega(variant="fp8xfp4", **kw):
 
 def _mega_args(p, **override):
     x = p.inputs
-    args = dict(hidden_states=x.hidden_states, topk_ids=x.topk_ids, topk_weights=x.topk_weights,
-                l1_weights=x.l1_weights, l2_weights=x.l2_weights, variant=p.config.variant,
-                num_experts=p.shape.num_experts, hidden_size=p.shape.hidden, intermediate_size=p.shape.intermediate,
-                top_k=p.shape.top_k, max_tokens_per_rank=64)
+    args = dict(
+        hidden_states=x.hidden_states,
+        topk_ids=x.topk_ids,
+        topk_weights=x.topk_weights,
+        l1_weights=x.l1_weights,
+        l2_weights=x.l2_weights,
+        variant=p.config.variant,
+        num_experts=p.shape.num_experts,
+        hidden_size=p.shape.hidden,
+        intermediate_size=p.shape.intermediate,
+        top_k=p.shape.top_k,
+        max_tokens_per_rank=64,
+    )
     args.update(override)
     return args
 
@@ -341,7 +367,11 @@ MEGA_INVALID = [
     ("hidden-dtype-fp16", lambda p: {"hidden_states": p.inputs.hidden_states.half()}, "hidden_states.dtype"),
     ("hidden-rank-3", lambda p: {"hidden_states": p.inputs.hidden_states.unsqueeze(0)}, "hidden_states.shape"),
     ("hidden-width", lambda p: {"hidden_states": p.inputs.hidden_states[:, :256].contiguous()}, "hidden_states.shape"),
-    ("hidden-column-strided", lambda p: {"hidden_states": _strided_view(p.inputs.hidden_states, 2)}, "hidden_states.stride()"),
+    (
+        "hidden-column-strided",
+        lambda p: {"hidden_states": _strided_view(p.inputs.hidden_states, 2)},
+        "hidden_states.stride()",
+    ),
     ("tokens-over-cap", lambda p: {"max_tokens_per_rank": 4}, "hidden_states.shape[0]"),
     ("topk-ids-float", lambda p: {"topk_ids": p.inputs.topk_ids.float()}, "topk_ids.dtype"),
     ("topk-ids-shape", lambda p: {"topk_ids": p.inputs.topk_ids[:, :1]}, "topk_ids.shape"),
@@ -349,14 +379,29 @@ MEGA_INVALID = [
     ("topk-ids-device", lambda p: {"topk_ids": p.inputs.topk_ids.to("meta")}, "topk_ids.device"),
     ("topk-weights-int", lambda p: {"topk_weights": p.inputs.topk_ids}, "topk_weights.dtype"),
     ("topk-weights-shape", lambda p: {"topk_weights": p.inputs.topk_weights[:-1]}, "topk_weights.shape"),
-    ("l1-dtype", lambda p: {"l1_weights": (p.inputs.l1_weights[0].float(), p.inputs.l1_weights[1])}, "l1_weights dtypes"),
-    ("l1-shape", lambda p: {"l1_weights": (p.inputs.l1_weights[0][:-1], p.inputs.l1_weights[1])}, "l1_weights[0].shape"),
-    ("l2-format-mismatch", lambda p: {"l2_weights": (p.inputs.l2_weights[0].view(torch.float8_e4m3fn), p.inputs.l2_weights[1].float())}, "l2_weights dtypes"),
+    (
+        "l1-dtype",
+        lambda p: {"l1_weights": (p.inputs.l1_weights[0].float(), p.inputs.l1_weights[1])},
+        "l1_weights dtypes",
+    ),
+    (
+        "l1-shape",
+        lambda p: {"l1_weights": (p.inputs.l1_weights[0][:-1], p.inputs.l1_weights[1])},
+        "l1_weights[0].shape",
+    ),
+    (
+        "l2-format-mismatch",
+        lambda p: {"l2_weights": (p.inputs.l2_weights[0].view(torch.float8_e4m3fn), p.inputs.l2_weights[1].float())},
+        "l2_weights dtypes",
+    ),
     ("weights-not-a-pair", lambda p: {"l1_weights": p.inputs.l1_weights[0]}, "l1_weights"),
     ("zero-experts", lambda p: {"num_experts": 0}, "num_experts"),
     ("experts-not-multiple-of-ep", lambda p: {"ep_size": 3}, "num_experts"),
-    ("hidden-not-multiple-of-32", lambda p: {"hidden_size": 496, "hidden_states": torch.zeros(6, 496, dtype=torch.bfloat16)},
-     "hidden_size/intermediate_size"),
+    (
+        "hidden-not-multiple-of-32",
+        lambda p: {"hidden_size": 496, "hidden_states": torch.zeros(6, 496, dtype=torch.bfloat16)},
+        "hidden_size/intermediate_size",
+    ),
     ("top-k-0", lambda p: {"top_k": 0}, "top_k"),
     ("variant-unknown", lambda p: {"variant": "nvfp4xnvfp4"}, "variant"),
     ("activation-unknown", lambda p: {"activation": "gelu"}, "activation"),

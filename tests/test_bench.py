@@ -73,7 +73,9 @@ def test_table_times_every_supporting_plugin_and_says_why_the_others_are_not(mon
     code, out = _run(SHAPE, timer, monkeypatch, capsys)
     assert code == 0
     table = out.out
-    assert "custom EP1 TP1 N=4" in table and "decode" in table and "custom EP1 TP1 N=300" in table and "prefill" in table
+    assert (
+        "custom EP1 TP1 N=4" in table and "decode" in table and "custom EP1 TP1 N=300" in table and "prefill" in table
+    )
     assert "jit_ep: unavailable: requires a CUDA device" in table  # no time without its kernels, with the reason
     assert "reference" in table and "priorities this measurement supports:" in table
     timed = [n for n in names if n in ("reference", "example_torch")]
@@ -103,7 +105,9 @@ def test_write_config_is_a_priority_table_the_config_loader_accepts(monkeypatch,
     names = {r.name for r in api.get_registry().records("silu_mul_quant")}
     timer = StubTimer({"reference": 5.0, "example_torch": 50.0})  # the reference wins here
     path = tmp_path / "priorities.toml"
-    code, out = _run([*SHAPE, "--write-config", str(path), "--out", str(tmp_path / "res"), "--quiet"], timer, monkeypatch, capsys)
+    code, out = _run(
+        [*SHAPE, "--write-config", str(path), "--out", str(tmp_path / "res"), "--quiet"], timer, monkeypatch, capsys
+    )
     assert code == 0 and f"config: {path}" in out.out
     config = load_config({"SGLANG_MOE_PLUGINS_CONFIG": str(path)})
     assert set(config.priority) == names  # a complete [priority] table for the op
@@ -121,9 +125,12 @@ def test_write_config_is_a_priority_table_the_config_loader_accepts(monkeypatch,
 
 def test_rank_orders_winners_then_untimed_then_losers():
     results = [
-        Measurement("a", "fast", 1, "timed", 1.0, 0.9, ""), Measurement("a", "slow", 1, "timed", 2.0, 0.4, ""),
-        Measurement("b", "fast", 1, "timed", 3.0, 0.9, ""), Measurement("b", "other", 1, "timed", 2.9, 0.9, ""),
-        Measurement("c", "fast", 1, "timed", 1.0, 0.9, ""), Measurement("c", "other", 1, "timed", 1.5, 0.6, ""),
+        Measurement("a", "fast", 1, "timed", 1.0, 0.9, ""),
+        Measurement("a", "slow", 1, "timed", 2.0, 0.4, ""),
+        Measurement("b", "fast", 1, "timed", 3.0, 0.9, ""),
+        Measurement("b", "other", 1, "timed", 2.9, 0.9, ""),
+        Measurement("c", "fast", 1, "timed", 1.0, 0.9, ""),
+        Measurement("c", "other", 1, "timed", 1.5, 0.6, ""),
         Measurement("a", "absent", 1, "unavailable", None, None, "no GPU"),
     ]
     ranking = rank_plugins(results, {"fast": 1, "slow": 1, "other": 1, "absent": 100, "off": 5})
@@ -141,7 +148,9 @@ def test_plot_needs_matplotlib_says_so(monkeypatch, capsys, tmp_path):
         code, _ = _run([*SHAPE, "--plot", str(tmp_path / "p.png"), "--quiet"], timer, monkeypatch, capsys)
         assert code == 0 and (tmp_path / "p.png").stat().st_size > 0
         return
-    with pytest.raises(UsageError, match=r"--plot: needs matplotlib, which is not installed here \(pip install matplotlib\)"):
+    with pytest.raises(
+        UsageError, match=r"--plot: needs matplotlib, which is not installed here \(pip install matplotlib\)"
+    ):
         _run([*SHAPE, "--plot", str(tmp_path / "p.png")], StubTimer({}), monkeypatch, capsys)
 
 
@@ -154,9 +163,12 @@ def test_commit_is_recorded(monkeypatch):
 
 def test_a_written_result_records_its_provenance_beside_the_results(monkeypatch, tmp_path):
     monkeypatch.setenv(COMMIT_ENV, "abc123")
-    path = write_result(tmp_path, "smq_experiment", [{"case": "x", "us": 1.5}], device_name="NVIDIA H200",
-                        copy_TBps=4.2)
-    assert path.parent == tmp_path and path.name.startswith("smq_experiment_") and path.name.endswith("_NVIDIA-H200.json")
+    path = write_result(
+        tmp_path, "smq_experiment", [{"case": "x", "us": 1.5}], device_name="NVIDIA H200", copy_TBps=4.2
+    )
+    assert (
+        path.parent == tmp_path and path.name.startswith("smq_experiment_") and path.name.endswith("_NVIDIA-H200.json")
+    )
     data = json.loads(path.read_text())
     assert data["device"] == "NVIDIA H200" and data["run"]["commit"] == "abc123" and data["copy_TBps"] == 4.2
     assert data["results"] == [{"case": "x", "us": 1.5}] and data["torch"] == torch.__version__
@@ -171,8 +183,19 @@ def test_bench_on_the_gpu(tmp_path, capsys):
         pytest.skip("needs CUDA")
     from sglang_moe_plugins.bench.timing import CudaGraphTimer
 
-    args = build_parser().parse_args(["bench", "--model", "Qwen3-30B-A3B", "--rows", "64", "--json", "--quiet",
-                                      "--write-config", str(tmp_path / "p.toml")])
+    args = build_parser().parse_args(
+        [
+            "bench",
+            "--model",
+            "Qwen3-30B-A3B",
+            "--rows",
+            "64",
+            "--json",
+            "--quiet",
+            "--write-config",
+            str(tmp_path / "p.toml"),
+        ]
+    )
     assert run_bench(args, CudaGraphTimer(), torch.device("cuda", torch.cuda.current_device())) == 0
     data = json.loads(capsys.readouterr().out)
     triton = next(r for r in data["results"] if r["plugin"] == "triton")
@@ -212,4 +235,3 @@ def test_bit_identical_needs_every_real_value_and_scale_equal_and_written():
     padding = copy()
     padding.out.view(torch.uint8)[1, 3, 0] ^= 1  # a padding row: not compared
     assert bit_identical(compare(ref, padding, m, 4, False))
-

@@ -80,9 +80,13 @@ def test_a_failing_prepare_is_a_failure_of_its_plugin(make_selector, caplog, fau
     assert bound.name == "good"
     candidate = selector.explain(smq.OP, shape, config).candidate("bad_prepare")
     assert candidate.verdict == Verdict.FAILED
-    assert ("no kernel for this shape" if fault == "raises" else "prepare() returned 42; it must return a callable") in candidate.reason
+    assert (
+        "no kernel for this shape" if fault == "raises" else "prepare() returned 42; it must return a callable"
+    ) in candidate.reason
     assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
-    strict = make_selector(BadPrepare("bad_prepare", 10), RecordingPlugin("good", 1), config=parse_config({"strict": True}))
+    strict = make_selector(
+        BadPrepare("bad_prepare", 10), RecordingPlugin("good", 1), config=parse_config({"strict": True})
+    )
     with pytest.raises((RuntimeError, TypeError)) as info:
         strict.bind(smq.OP, shape, config)
     assert any("plugin 'bad_prepare' (prepare)" in note and "strict = true" in note for note in info.value.__notes__)
@@ -112,7 +116,9 @@ def test_outputs_are_checked_on_the_first_call_of_a_key(make_selector):
 
 @pytest.mark.parametrize("setting", [{"debug": True}, {"strict": True}])
 def test_debug_and_strict_check_every_call(make_selector, setting):
-    selector = make_selector(WrongOnSecondCall("wrong_later", 10), RecordingPlugin("good", 1), config=parse_config(setting))
+    selector = make_selector(
+        WrongOnSecondCall("wrong_later", 10), RecordingPlugin("good", 1), config=parse_config(setting)
+    )
     inputs, shape, config = random_call(seed=7, layout="column_major")
     bound = selector.bind(smq.OP, shape, config)
     assert bound.check_every_call
@@ -163,13 +169,17 @@ def test_bind_and_call_binds_once_and_remembers_what_ran(make_selector, monkeypa
     assert selector.call_cache[("raw", 1)] is selector.bind(smq.OP, shape, config)
     # A fallback on the first call: the caller's key gets the plugin that ran, not the one that failed.
     selector = make_selector(SmqRaises(), RecordingPlugin("good", 1))
-    check_against_fp64(inputs, selector.bind_and_call(smq.OP, shape, config, inputs, remember=("raw", 2)), shape, config)
+    check_against_fp64(
+        inputs, selector.bind_and_call(smq.OP, shape, config, inputs, remember=("raw", 2)), shape, config
+    )
     assert selector.call_cache[("raw", 2)].name == "good"
     # Past the caches' cap the key is neither bound twice nor remembered (it is bound again next call).
     monkeypatch.setattr(dispatcher, "CACHE_CAP", 0)
     plugin = PreparedReference()
     selector = make_selector(plugin)
-    check_against_fp64(inputs, selector.bind_and_call(smq.OP, shape, config, inputs, remember=("raw", 3)), shape, config)
+    check_against_fp64(
+        inputs, selector.bind_and_call(smq.OP, shape, config, inputs, remember=("raw", 3)), shape, config
+    )
     assert (plugin.prepares, selector.decisions, selector.call_cache) == (1, 1, {})
 
 
@@ -192,7 +202,11 @@ def test_bound_op_allocates_the_host_layout(make_selector):
         inputs, shape, config = random_call(e=3, n=6, d=512, layout=layout, seed=8)
         out = selector.bind(smq.OP, shape, config).allocate(torch.device("cpu"))
         want = smq.allocate_outputs(shape, config, torch.device("cpu"))
-        assert (out.scale.shape, out.scale.stride(), out.scale.dtype) == (want.scale.shape, want.scale.stride(), want.scale.dtype)
+        assert (out.scale.shape, out.scale.stride(), out.scale.dtype) == (
+            want.scale.shape,
+            want.scale.stride(),
+            want.scale.dtype,
+        )
         assert (out.out.shape, out.out.dtype) == (want.out.shape, want.out.dtype)
 
 

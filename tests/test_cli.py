@@ -25,7 +25,16 @@ def cli(*args: str, **env: str) -> subprocess.CompletedProcess:
 def test_list_table_and_json():
     text = cli("list")
     assert text.returncode == 0, text.stderr
-    for name in ("jit_ep", "fp8_fallback", "triton", "reference", "mega_w4a8", "mega_w4a4", "mega_sm90_fp8", "mega_reference"):
+    for name in (
+        "jit_ep",
+        "fp8_fallback",
+        "triton",
+        "reference",
+        "mega_w4a8",
+        "mega_w4a4",
+        "mega_sm90_fp8",
+        "mega_reference",
+    ):
         assert name in text.stdout
     assert "enabled (default)" in text.stdout and "sglang-moe-plugins" in text.stdout
     data = json.loads(cli("list", "--json").stdout)
@@ -46,7 +55,10 @@ def test_list_reports_config_errors_cleanly():
     # A name in DISABLE that is not installed is a warning now (issue 18); an unknown stock op is an error.
     result = cli("list", SGLANG_MOE_PLUGINS_STOCK="megamoe")
     assert result.returncode == 2
-    assert "sglang-moe-plugins list: error: unknown op 'megamoe' (left to SGLang by SGLANG_MOE_PLUGINS_STOCK); valid ops:" in result.stderr
+    assert (
+        "sglang-moe-plugins list: error: unknown op 'megamoe' (left to SGLang by SGLANG_MOE_PLUGINS_STOCK); valid ops:"
+        in result.stderr
+    )
     assert "Traceback" not in result.stderr
 
 
@@ -61,7 +73,11 @@ def test_explain_model_at_ep_sizes():
     assert result.returncode == 0, result.stderr
     assert "Qwen3.5-35B-A3B EP2 TP1 N=64: silu_mul_quant E=128 N=64 D=512" in result.stdout
     assert "D // 8 (64) must be >= E (128)" in result.stdout
-    data = json.loads(cli("explain", "--model", "DeepSeek-V4-Flash", "--ep", "8", "--rows", "128", "--platform", "sm90", "--json").stdout)
+    data = json.loads(
+        cli(
+            "explain", "--model", "DeepSeek-V4-Flash", "--ep", "8", "--rows", "128", "--platform", "sm90", "--json"
+        ).stdout
+    )
     smq = [c for c in data["calls"] if c["op"] == "silu_mul_quant"]
     assert smq and smq[0]["shape"] == {"num_experts": 32, "max_rows": 128, "hidden": 2048, "group_size": 128, "topk": 6}
     verdicts = {c["name"]: c["verdict"] for c in smq[0]["candidates"]}
@@ -69,7 +85,9 @@ def test_explain_model_at_ep_sizes():
 
 
 def test_explain_explicit_shape_and_platforms():
-    result = cli("explain", "--experts", "512", "--hidden", "512", "--topk", "10", "--limit", "10", "--platform", "cpu", "--json")
+    result = cli(
+        "explain", "--experts", "512", "--hidden", "512", "--topk", "10", "--limit", "10", "--platform", "cpu", "--json"
+    )
     data = json.loads(result.stdout)["calls"]
     assert data[0]["chosen"] in {"reference", "example_torch"}  # the example plugin is installed in CI
     reasons = {c["name"]: c["reason"] for c in data[0]["candidates"]}
@@ -79,9 +97,15 @@ def test_explain_explicit_shape_and_platforms():
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (("explain", "--model", "NoSuchModel"), "invalid argument model='NoSuchModel'; allowed: a model of the embedded catalog"),
+        (
+            ("explain", "--model", "NoSuchModel"),
+            "invalid argument model='NoSuchModel'; allowed: a model of the embedded catalog",
+        ),
         (("explain", "--experts", "8"), "missing --hidden, --topk"),
-        (("explain", "--model", "Qwen3-30B-A3B", "--platform", "sm9x"), "argument --platform: 'sm9x' is not a platform; allowed: local"),
+        (
+            ("explain", "--model", "Qwen3-30B-A3B", "--platform", "sm9x"),
+            "argument --platform: 'sm9x' is not a platform; allowed: local",
+        ),
     ],
 )
 def test_explain_errors(args, needle):
@@ -113,13 +137,25 @@ def test_doctor_reports_versions_hooks_and_problems():
     "args, needle",
     [
         (("explain", "--model", "Qwen3-30B-A3B", "--ep", "0"), "argument --ep: 0 is not allowed; allowed: an int >= 1"),
-        (("explain", "--model", "Qwen3-30B-A3B", "--ep", "1", "3", "8"), "--ep: EP3 does not divide Qwen3-30B-A3B's 128 experts; allowed: 1, 2, 4, 8"),
-        (("explain", "--model", "Qwen3-30B-A3B", "--platform", "sm8"), "argument --platform: 'sm8' is not a platform; allowed: local (this machine), cpu, or smNN"),
-        (("explain", "--model", "Qwen3-30B-A3B", "--rows", "0,-1"), "argument --rows: '0,-1': 0 is not allowed; allowed: comma-separated ints >= 1"),
+        (
+            ("explain", "--model", "Qwen3-30B-A3B", "--ep", "1", "3", "8"),
+            "--ep: EP3 does not divide Qwen3-30B-A3B's 128 experts; allowed: 1, 2, 4, 8",
+        ),
+        (
+            ("explain", "--model", "Qwen3-30B-A3B", "--platform", "sm8"),
+            "argument --platform: 'sm8' is not a platform; allowed: local (this machine), cpu, or smNN",
+        ),
+        (
+            ("explain", "--model", "Qwen3-30B-A3B", "--rows", "0,-1"),
+            "argument --rows: '0,-1': 0 is not allowed; allowed: comma-separated ints >= 1",
+        ),
         (("explain", "--model", "Qwen3-30B-A3B", "--rows", "64,x"), "argument --rows: '64,x': 'x' is not an integer"),
         (("explain", "--model", "Qwen3-30B-A3B", "--limit", "7"), "--limit: not allowed with --model"),
         (("explain", "--model", "Qwen3-30B-A3B", "--experts", "8"), "--experts: not allowed with --model"),
-        (("explain", "--model", "Qwen3-30B-A3B", "--tp", "7"), "--tp: TP7 leaves Qwen3-30B-A3B's intermediate size 768 not split"),
+        (
+            ("explain", "--model", "Qwen3-30B-A3B", "--tp", "7"),
+            "--tp: TP7 leaves Qwen3-30B-A3B's intermediate size 768 not split",
+        ),
         (("explain", "--model", "Qwen3-30B-A3B", "--tp", "0"), "argument --tp: 0 is not allowed; allowed: an int >= 1"),
         (("explain", "--model", "Qwen3-30B-A3B", "--group-size", "100"), "argument --group-size: invalid choice: 100"),
         (("explain", "--experts", "0", "--hidden", "512", "--topk", "2"), "argument --experts: 0 is not allowed"),
@@ -150,7 +186,9 @@ def test_errors_are_json_under_json():
 
 
 def test_explain_json_is_typed_and_covers_mega_moe():
-    result = cli("explain", "--model", "DeepSeek-V4-Flash", "--ep", "8", "--rows", "128", "--platform", "sm100", "--json")
+    result = cli(
+        "explain", "--model", "DeepSeek-V4-Flash", "--ep", "8", "--rows", "128", "--platform", "sm100", "--json"
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["platform"] == "cuda sm100" and data["ue8m0"] is True and data["strict"] is False
@@ -165,7 +203,9 @@ def test_explain_json_is_typed_and_covers_mega_moe():
     assert w4a8["shape"]["ep_size"] == 8 and w4a8["shape"]["num_experts"] == 256
     verdicts = {c["name"]: c["verdict"] for c in w4a8["candidates"]}
     assert verdicts["mega_sm90_fp8"] == "unsupported" and verdicts["mega_reference"] == "unsupported"
-    sm90 = json.loads(cli("explain", "--model", "DeepSeek-V3", "--platform", "sm90", "--op", "mega_moe", "--json").stdout)
+    sm90 = json.loads(
+        cli("explain", "--model", "DeepSeek-V3", "--platform", "sm90", "--op", "mega_moe", "--json").stdout
+    )
     assert [c["config"]["variant"] for c in sm90["calls"]] == ["sm90_fp8"]
     assert sm90["calls"][0]["config"]["weight_format"] == "fp8_e4m3_block128" and sm90["ue8m0"] is False
 
@@ -179,17 +219,47 @@ def test_explain_local_platform_is_shown_and_mega_needs_a_gpu():
     if torch.cuda.is_available():
         assert first.startswith("platform: cuda sm") and "(this machine)" in first
     else:
-        assert first == ("platform: cpu (this machine has no CUDA device, so cpu is assumed: "
-                         "pass --platform sm90 or sm100 to explain a GPU server)")
+        assert first == (
+            "platform: cpu (this machine has no CUDA device, so cpu is assumed: "
+            "pass --platform sm90 or sm100 to explain a GPU server)"
+        )
         assert "mega_moe: SGLang runs MegaMoE on sm90 and sm100 only, not on cpu" in result.stdout
 
 
 def test_explain_no_plugin_is_printed_once_and_raises():
-    result = cli("explain", "--experts", "8", "--hidden", "512", "--topk", "2", "--rows", "4", "--platform", "cpu",
-                 "--op", "silu_mul_quant", SGLANG_MOE_PLUGINS_DISABLE="reference,example_torch")
+    result = cli(
+        "explain",
+        "--experts",
+        "8",
+        "--hidden",
+        "512",
+        "--topk",
+        "2",
+        "--rows",
+        "4",
+        "--platform",
+        "cpu",
+        "--op",
+        "silu_mul_quant",
+        SGLANG_MOE_PLUGINS_DISABLE="reference,example_torch",
+    )
     if "unknown plugin 'example_torch'" in result.stderr:  # the example plugin is not installed here
-        result = cli("explain", "--experts", "8", "--hidden", "512", "--topk", "2", "--rows", "4", "--platform", "cpu",
-                     "--op", "silu_mul_quant", SGLANG_MOE_PLUGINS_DISABLE="reference")
+        result = cli(
+            "explain",
+            "--experts",
+            "8",
+            "--hidden",
+            "512",
+            "--topk",
+            "2",
+            "--rows",
+            "4",
+            "--platform",
+            "cpu",
+            "--op",
+            "silu_mul_quant",
+            SGLANG_MOE_PLUGINS_DISABLE="reference",
+        )
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("-> raises NoPluginAvailableError (no enabled plugin supports it)") == 1
     assert "SGLang original" not in result.stdout and result.stderr == ""
@@ -202,10 +272,29 @@ def test_explain_gpt_oss_is_handed_to_sglang():
 
 def test_explain_model_all_says_which_ep_it_skips():
     result = cli("explain", "--experts", "8", "--hidden", "512", "--topk", "2", "--ep", "3")
-    assert result.returncode == 2 and "--ep: EP3 does not divide custom's 8 experts; allowed: 1, 2, 4, 8" in result.stderr
-    result = cli("explain", "--model", "all", "--ep", "1", "16", "--platform", "sm90", "--op", "silu_mul_quant", "--rows", "64", "--json")
+    assert (
+        result.returncode == 2 and "--ep: EP3 does not divide custom's 8 experts; allowed: 1, 2, 4, 8" in result.stderr
+    )
+    result = cli(
+        "explain",
+        "--model",
+        "all",
+        "--ep",
+        "1",
+        "16",
+        "--platform",
+        "sm90",
+        "--op",
+        "silu_mul_quant",
+        "--rows",
+        "64",
+        "--json",
+    )
     notes = json.loads(result.stdout)["notes"]
-    assert "Mixtral-8x7B-v0.1: EP16 skipped: EP16 does not divide Mixtral-8x7B-v0.1's 8 experts; allowed: 1, 2, 4, 8" in notes
+    assert (
+        "Mixtral-8x7B-v0.1: EP16 skipped: EP16 does not divide Mixtral-8x7B-v0.1's 8 experts; allowed: 1, 2, 4, 8"
+        in notes
+    )
 
 
 def test_force_is_shown_and_flagged_when_not_available_here(tmp_path):
@@ -220,10 +309,22 @@ def test_force_is_shown_and_flagged_when_not_available_here(tmp_path):
     data = json.loads(cli("list", "--json", SGLANG_MOE_PLUGINS_CONFIG=str(config)).stdout)
     assert next(p for p in data["plugins"] if p["name"] == "triton")["forced"] is True
     assert next(p for p in data["plugins"] if p["name"] == "reference")["forced"] is False
-    explained = cli("explain", "--model", "Qwen3-30B-A3B", "--rows", "64", "--platform", "sm90", "--op", "silu_mul_quant",
-                    SGLANG_MOE_PLUGINS_CONFIG=str(config))
+    explained = cli(
+        "explain",
+        "--model",
+        "Qwen3-30B-A3B",
+        "--rows",
+        "64",
+        "--platform",
+        "sm90",
+        "--op",
+        "silu_mul_quant",
+        SGLANG_MOE_PLUGINS_CONFIG=str(config),
+    )
     assert "-> runs triton [force]" in explained.stdout and "triton [force]" in explained.stdout
-    doctor = json.loads(cli("doctor", "--json", "--no-hooks", "--no-self-check", SGLANG_MOE_PLUGINS_CONFIG=str(config)).stdout)
+    doctor = json.loads(
+        cli("doctor", "--json", "--no-hooks", "--no-self-check", SGLANG_MOE_PLUGINS_CONFIG=str(config)).stdout
+    )
     assert doctor["plugins"]["triton"].endswith("[force]")
     if not torch.cuda.is_available():
         flag = "force.silu_mul_quant = 'triton' is not available on this machine (cpu)"
@@ -235,18 +336,46 @@ def test_force_is_shown_and_flagged_when_not_available_here(tmp_path):
 def test_explain_forced_plugin_that_cannot_run_the_call(tmp_path):
     config = tmp_path / "moe.toml"
     config.write_text('[force]\nsilu_mul_quant = "jit_ep"\n')
-    data = json.loads(cli("explain", "--model", "Qwen3.5-35B-A3B", "--ep", "2", "--rows", "64", "--platform", "sm90",
-                          "--op", "silu_mul_quant", "--json", SGLANG_MOE_PLUGINS_CONFIG=str(config)).stdout)
+    data = json.loads(
+        cli(
+            "explain",
+            "--model",
+            "Qwen3.5-35B-A3B",
+            "--ep",
+            "2",
+            "--rows",
+            "64",
+            "--platform",
+            "sm90",
+            "--op",
+            "silu_mul_quant",
+            "--json",
+            SGLANG_MOE_PLUGINS_CONFIG=str(config),
+        ).stdout
+    )
     call = data["calls"][0]
     assert call["chosen"] is None and call["forced"] is True
     assert call["outcome"] == "raises NoPluginAvailableError (force.silu_mul_quant = 'jit_ep' cannot run it)"
 
 
 def test_explain_under_strict_says_failures_raise():
-    result = cli("explain", "--model", "Qwen3-30B-A3B", "--rows", "64", "--platform", "sm90", SGLANG_MOE_PLUGINS_STRICT="1")
+    result = cli(
+        "explain", "--model", "Qwen3-30B-A3B", "--rows", "64", "--platform", "sm90", SGLANG_MOE_PLUGINS_STRICT="1"
+    )
     assert "failure policy: strict: a plugin that fails at run time raises" in result.stdout
-    data = json.loads(cli("explain", "--model", "Qwen3-30B-A3B", "--rows", "64", "--platform", "sm90", "--json",
-                          SGLANG_MOE_PLUGINS_STRICT="1").stdout)
+    data = json.loads(
+        cli(
+            "explain",
+            "--model",
+            "Qwen3-30B-A3B",
+            "--rows",
+            "64",
+            "--platform",
+            "sm90",
+            "--json",
+            SGLANG_MOE_PLUGINS_STRICT="1",
+        ).stdout
+    )
     assert data["strict"] is True
 
 
@@ -256,7 +385,9 @@ def test_doctor_exits_1_on_a_config_error_and_says_so_in_help():
     good = cli("doctor", "--no-hooks", "--no-self-check", "--json")
     assert good.returncode == 0, good.stdout
     # Issue 20: any listed problem exits 1, not only a configuration error.
-    assert "1 when it lists a problem (among them: the configuration cannot be loaded" in " ".join(cli("doctor", "--help").stdout.split())
+    assert "1 when it lists a problem (among them: the configuration cannot be loaded" in " ".join(
+        cli("doctor", "--help").stdout.split()
+    )
     blocked = cli("doctor", "--no-hooks", "--no-self-check", SGLANG_PLUGINS="other")
     assert blocked.returncode == 1 and "does not include 'moe_plugins'" in blocked.stdout
 

@@ -30,14 +30,20 @@ sys.exit(code)
 """
 
 
-def imports_of(tmp_path, *args: str, env_extra: dict[str, str] | None = None
-               ) -> tuple[subprocess.CompletedProcess, set[str], list[tuple[int, str]]]:
+def imports_of(
+    tmp_path, *args: str, env_extra: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess, set[str], list[tuple[int, str]]]:
     """Run ``sglang-moe-plugins ARGS`` in a fresh interpreter (with ``-X importtime``): the result, the modules
     it imported, and ``-X importtime``'s ``(depth, name)`` rows (for the message naming who imported what)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")} | (env_extra or {})
     out = tmp_path / "modules.json"
-    result = subprocess.run([sys.executable, "-X", "importtime", "-c", _RUN, str(out), *args],
-                            capture_output=True, text=True, env=env, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", _RUN, str(out), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     rows = []
     for line in result.stderr.splitlines():
         if line.startswith("import time:") and line.count("|") == 2 and "cumulative" not in line:
@@ -52,7 +58,7 @@ def importer_chain(rows: list[tuple[int, str]], name: str) -> str:
     if index is None:
         return f"{name} (by importlib, not an import statement)"
     chain, depth = [name], rows[index][0]
-    for d, n in rows[index + 1:]:
+    for d, n in rows[index + 1 :]:
         if d < depth:
             chain.append(n)
             depth = d
@@ -68,12 +74,16 @@ def test_help_imports_no_torch_and_no_command(tmp_path):
     assert not loaded, f"--help imports command modules: {loaded}"
 
 
-@pytest.mark.parametrize("command, args", [("list", ("--json",)), ("explain", ("--help",)), ("bench", ("--model", "nope"))])
+@pytest.mark.parametrize(
+    "command, args", [("list", ("--json",)), ("explain", ("--help",)), ("bench", ("--model", "nope"))]
+)
 def test_a_command_imports_its_own_module_only(tmp_path, command, args):
     result, names, _ = imports_of(tmp_path, command, *args)
     assert result.returncode in (0, 2), result.stderr[-2000:]
     assert f"sglang_moe_plugins.cli.{command}" in names
-    others = sorted(f"sglang_moe_plugins.cli.{c}" for c in COMMANDS if c != command and f"sglang_moe_plugins.cli.{c}" in names)
+    others = sorted(
+        f"sglang_moe_plugins.cli.{c}" for c in COMMANDS if c != command and f"sglang_moe_plugins.cli.{c}" in names
+    )
     assert not others, f"`{command}` imports other commands' modules: {others}"
 
 
@@ -90,14 +100,16 @@ def test_list_json_imports_no_torch(tmp_path):
 
 def test_main_runs_a_command_twice_in_one_process():
     """Importing the ``list`` command binds ``list`` in the package's namespace: ``main`` must not need the builtin."""
-    code = ("import io, contextlib, json; from sglang_moe_plugins.cli import main\n"
-            "for _ in range(2):\n"
-            "    out = io.StringIO()\n"
-            "    with contextlib.redirect_stdout(out):\n"
-            "        assert main(['list', '--json']) == 0\n"
-            "    assert json.loads(out.getvalue())['plugins']\n"
-            "import sys; assert 'sglang_moe_plugins.cli.list' in sys.modules and 'sglang_moe_plugins.cli.bench' not in sys.modules\n"
-            "print('OK')")
+    code = (
+        "import io, contextlib, json; from sglang_moe_plugins.cli import main\n"
+        "for _ in range(2):\n"
+        "    out = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(out):\n"
+        "        assert main(['list', '--json']) == 0\n"
+        "    assert json.loads(out.getvalue())['plugins']\n"
+        "import sys; assert 'sglang_moe_plugins.cli.list' in sys.modules and 'sglang_moe_plugins.cli.bench' not in sys.modules\n"
+        "print('OK')"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]

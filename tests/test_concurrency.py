@@ -52,8 +52,10 @@ def decision_lines(caplog) -> list[str]:
 
 
 def same_bytes(a: torch.Tensor, b: torch.Tensor, real: torch.Tensor) -> bool:
-    return torch.equal(a.view(torch.uint8)[real] if a.dtype == torch.float8_e4m3fn else a[real],
-                       b.view(torch.uint8)[real] if b.dtype == torch.float8_e4m3fn else b[real])
+    return torch.equal(
+        a.view(torch.uint8)[real] if a.dtype == torch.float8_e4m3fn else a[real],
+        b.view(torch.uint8)[real] if b.dtype == torch.float8_e4m3fn else b[real],
+    )
 
 
 @pytest.fixture
@@ -102,6 +104,7 @@ def test_public_select_and_dispatch_from_16_threads(fresh_selector, keys, caplog
 
 def test_failure_under_contention_is_logged_once_and_excluded_once(make_selector, caplog):
     """16 threads hit a plugin that fails at run time on the same key at the same moment."""
+
     class SlowFailing(RecordingPlugin):
         def run(self, inputs, outputs, shape, config):
             self.run_calls += 1
@@ -121,7 +124,9 @@ def test_failure_under_contention_is_logged_once_and_excluded_once(make_selector
     for out in outs:
         assert same_bytes(out.out, outs[0].out, real) and same_bytes(out.scale, outs[0].scale, real)
     assert selector.explain(smq.OP, shape, config).candidate("bad").verdict == Verdict.FAILED
-    assert list(selector.failed_plugins().values()) == [{"bad": selector.explain(smq.OP, shape, config).candidate("bad").reason}]
+    assert list(selector.failed_plugins().values()) == [
+        {"bad": selector.explain(smq.OP, shape, config).candidate("bad").reason}
+    ]
     # After the failure: one decision for the first selection, one after the plugin was excluded.
     assert selector.cache_info()["decisions"] == 2
 

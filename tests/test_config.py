@@ -30,7 +30,10 @@ def test_defaults_without_env():
 
 
 def test_file_disable_priority_force_options(tmp_path):
-    env = _write(tmp_path, 'strict = true\ndisable = ["jit_ep"]\n[priority]\nreference = 500\n[force]\nsilu_mul_quant = "reference"\n')
+    env = _write(
+        tmp_path,
+        'strict = true\ndisable = ["jit_ep"]\n[priority]\nreference = 500\n[force]\nsilu_mul_quant = "reference"\n',
+    )
     config = load_config(env)
     reg = _registry(config)
     assert config.strict
@@ -54,10 +57,16 @@ def test_env_disable_and_strict():
     "env, needle",
     [
         # A name in DISABLE that is not installed here is a warning (tests/test_config_fail_closed.py).
-        ({"SGLANG_MOE_PLUGINS_STOCK": "megamoe"}, "unknown op 'megamoe' (left to SGLang by SGLANG_MOE_PLUGINS_STOCK); valid ops: mega_moe, silu_mul_quant"),
+        (
+            {"SGLANG_MOE_PLUGINS_STOCK": "megamoe"},
+            "unknown op 'megamoe' (left to SGLang by SGLANG_MOE_PLUGINS_STOCK); valid ops: mega_moe, silu_mul_quant",
+        ),
         ({"SGLANG_MOE_PLUGINS_STRICT": "maybe"}, "SGLANG_MOE_PLUGINS_STRICT='maybe' is not a boolean"),
         ({"SGLANG_MOE_PLUGINS_CONFIG": "/nonexistent/moe.toml"}, "file not found"),
-        ({"SGLANG_OPT_USE_JIT_EP_ACTIVATION": "perhaps"}, "SGLANG_OPT_USE_JIT_EP_ACTIVATION='perhaps' is not a boolean"),
+        (
+            {"SGLANG_OPT_USE_JIT_EP_ACTIVATION": "perhaps"},
+            "SGLANG_OPT_USE_JIT_EP_ACTIVATION='perhaps' is not a boolean",
+        ),
     ],
 )
 def test_env_errors(env, needle):
@@ -70,7 +79,10 @@ def test_env_errors(env, needle):
     "text, needle",
     [
         ("stict = true", "unknown key 'stict'"),
-        ("stict = true", "valid keys: strict, debug, on_config_error, allow, stock, disable, enable, priority, force, options"),
+        (
+            "stict = true",
+            "valid keys: strict, debug, on_config_error, allow, stock, disable, enable, priority, force, options",
+        ),
         ("strict = 1", "strict in"),
         ('disable = "jit_ep"', "disable in"),
         ('stock = ["megamoe"]', "unknown op 'megamoe' (left to SGLang by 'stock' in"),
@@ -120,7 +132,9 @@ def test_legacy_jit_ep_switch_is_translated():
     assert _registry(load_config({"SGLANG_OPT_USE_JIT_EP_ACTIVATION": "1"})).get("jit_ep").enabled
 
 
-@pytest.mark.parametrize("flag", ["SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_FP4_ACTS", "SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_MXF4_KIND"])
+@pytest.mark.parametrize(
+    "flag", ["SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_FP4_ACTS", "SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_MXF4_KIND"]
+)
 def test_legacy_fp4_switches_prefer_w4a4_and_are_not_forwarded(flag, monkeypatch):
     monkeypatch.delenv("DG_USE_FP4_ACTS", raising=False)
     monkeypatch.delenv("DG_USE_MXF4_KIND", raising=False)

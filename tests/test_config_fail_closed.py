@@ -13,7 +13,6 @@ from sglang_moe_plugins.config import config_error_policy, load_config, parse_co
 from sglang_moe_plugins.errors import ConfigError
 
 
-
 def _file(tmp_path, text: str | bytes, name: str = "moe.toml") -> str:
     path = tmp_path / name
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -24,9 +23,17 @@ def _file(tmp_path, text: str | bytes, name: str = "moe.toml") -> str:
 def test_new_settings_parse_and_env_overrides(tmp_path):
     path = _file(tmp_path, 'on_config_error = "stock"\nallow = ["my_kernels"]\nstock = ["mega_moe"]\n')
     config = load_config({"SGLANG_MOE_PLUGINS_CONFIG": path})
-    assert (config.on_config_error, config.allow, config.stock) == ("stock", frozenset({"my_kernels"}), frozenset({"mega_moe"}))
-    env = {"SGLANG_MOE_PLUGINS_CONFIG": path, "SGLANG_MOE_PLUGINS_ALLOW": "a, b", "SGLANG_MOE_PLUGINS_STOCK": "silu_mul_quant",
-           "SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR": "closed"}
+    assert (config.on_config_error, config.allow, config.stock) == (
+        "stock",
+        frozenset({"my_kernels"}),
+        frozenset({"mega_moe"}),
+    )
+    env = {
+        "SGLANG_MOE_PLUGINS_CONFIG": path,
+        "SGLANG_MOE_PLUGINS_ALLOW": "a, b",
+        "SGLANG_MOE_PLUGINS_STOCK": "silu_mul_quant",
+        "SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR": "closed",
+    }
     config = load_config(env)
     assert config.allow == frozenset({"a", "b"}) and config.stock == frozenset({"mega_moe", "silu_mul_quant"})
     assert config.on_config_error == "closed"
@@ -34,12 +41,15 @@ def test_new_settings_parse_and_env_overrides(tmp_path):
     assert load_config({"SGLANG_MOE_PLUGINS_ALLOW": ""}).allow == frozenset()  # set and empty: no third party
 
 
-@pytest.mark.parametrize("text, message", [
-    ('on_config_error = "open"', "on_config_error in"),
-    ('stock = "mega_moe"', "stock in"),
-    ("priority = { triton = 99999999999999999999 }", "does not fit a 64-bit integer"),
-    ("priority = { triton = -9223372036854775809 }", "does not fit a 64-bit integer"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('on_config_error = "open"', "on_config_error in"),
+        ('stock = "mega_moe"', "stock in"),
+        ("priority = { triton = 99999999999999999999 }", "does not fit a 64-bit integer"),
+        ("priority = { triton = -9223372036854775809 }", "does not fit a 64-bit integer"),
+    ],
+)
 def test_bad_values_are_config_errors(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message):
         load_config({"SGLANG_MOE_PLUGINS_CONFIG": _file(tmp_path, text)})
@@ -57,7 +67,9 @@ def test_on_config_error_env_value_is_checked():
 def test_unknown_stock_op_is_an_error():
     from sglang_moe_plugins import Registry
 
-    with pytest.raises(ConfigError, match="unknown op 'mega' .*SGLANG_MOE_PLUGINS_STOCK.*valid ops: mega_moe, silu_mul_quant"):
+    with pytest.raises(
+        ConfigError, match="unknown op 'mega' .*SGLANG_MOE_PLUGINS_STOCK.*valid ops: mega_moe, silu_mul_quant"
+    ):
         Registry.from_plugins([], load_config({"SGLANG_MOE_PLUGINS_STOCK": "mega"}))
 
 
@@ -84,7 +96,10 @@ def test_non_regular_or_huge_files_are_refused_without_opening(tmp_path, kind):
 def test_policy_is_read_from_a_file_that_is_otherwise_invalid(tmp_path):
     path = _file(tmp_path, 'on_config_error = "stock"\ndisabel = ["jit_ep"]\n')
     assert config_error_policy({"SGLANG_MOE_PLUGINS_CONFIG": path}) == "stock"
-    assert config_error_policy({"SGLANG_MOE_PLUGINS_CONFIG": path, "SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR": "closed"}) == "closed"
+    assert (
+        config_error_policy({"SGLANG_MOE_PLUGINS_CONFIG": path, "SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR": "closed"})
+        == "closed"
+    )
     assert config_error_policy({"SGLANG_MOE_PLUGINS_CONFIG": _file(tmp_path, "[x", "bad.toml")}) == "closed"
 
 
@@ -94,7 +109,10 @@ def test_disable_of_a_plugin_not_installed_is_a_warning(caplog):
 
     registry = Registry.from_plugins([ReferencePlugin()], load_config({"SGLANG_MOE_PLUGINS_DISABLE": "example_torch"}))
     assert registry.get("reference").enabled
-    assert "disable names plugin 'example_torch' (disabled by SGLANG_MOE_PLUGINS_DISABLE), which is not installed here" in caplog.text
+    assert (
+        "disable names plugin 'example_torch' (disabled by SGLANG_MOE_PLUGINS_DISABLE), which is not installed here"
+        in caplog.text
+    )
     with pytest.raises(ConfigError, match="unknown plugin 'example_torch'"):  # enable still must exist
         Registry.from_plugins([ReferencePlugin()], parse_config({"enable": ["example_torch"]}))
 
@@ -171,6 +189,7 @@ def test_stock_from_the_environment_holds_even_when_the_config_is_invalid(tmp_pa
     from sglang_probe import run_probe
     from sglang_session import SMQ_TARGET
 
-    result, _ = run_probe(SGLANG_MOE_PLUGINS_STOCK="silu_mul_quant",
-                          SGLANG_MOE_PLUGINS_CONFIG=_file(tmp_path, "bogus = 1\n"))
+    result, _ = run_probe(
+        SGLANG_MOE_PLUGINS_STOCK="silu_mul_quant", SGLANG_MOE_PLUGINS_CONFIG=_file(tmp_path, "bogus = 1\n")
+    )
     assert SMQ_TARGET not in result["patched"] and all(c != "ok" and "ConfigError" not in c for c in result["calls"])

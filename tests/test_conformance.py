@@ -48,7 +48,12 @@ SMALL = dict(seed=0, models=("Qwen3-30B-A3B",), eps=(1, 8), max_catalog_runs=2, 
 def test_tests_numerics_reexports_the_package_policy():
     from sglang_moe_plugins.testing import case
 
-    for module, name in ((tolerance, "fp64_expected"), (tolerance, "check_against_fp64"), (case, "poison"), (case, "POISON_FP8")):
+    for module, name in (
+        (tolerance, "fp64_expected"),
+        (tolerance, "check_against_fp64"),
+        (case, "poison"),
+        (case, "POISON_FP8"),
+    ):
         assert getattr(numerics, name) is getattr(module, name)
 
 
@@ -199,8 +204,11 @@ def test_cases_cover_catalog_eps_rows_edges_and_seeded_random():
     assert sum(c.origin == "random" for c in cases) == 5 and "seed 7" in labels[-1]
     budget = options.resolved_max_elements(Platform.cpu())
     # Every case that runs fits the size budget, except catalog cases already reduced to N = 1.
-    assert all(c.shape.num_experts * c.shape.max_rows * 2 * c.shape.hidden <= budget or c.shape.max_rows == 1
-               for c in cases if c.execute)
+    assert all(
+        c.shape.num_experts * c.shape.max_rows * 2 * c.shape.hidden <= budget or c.shape.max_rows == 1
+        for c in cases
+        if c.execute
+    )
     # Reproducible from the seed; another seed draws other random cases.
     again = adapter.cases(options, Platform.cpu(), 7)
     assert [(c.shape, c.config, c.seed) for c in again] == [(c.shape, c.config, c.seed) for c in cases]
@@ -319,8 +327,18 @@ def test_supports_must_answer_equal_copies_alike():
     assert "equal copy" in report.check("supports_deterministic").first_failure.error
 
 
-@pytest.mark.parametrize("field, value", [("random_cases", -1), ("eps", (0,)), ("rows", [128]), ("max_elements", 0),
-                                          ("supports_budget_us", 0), ("seed", "1"), ("models", "Qwen3-30B-A3B")])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("random_cases", -1),
+        ("eps", (0,)),
+        ("rows", [128]),
+        ("max_elements", 0),
+        ("supports_budget_us", 0),
+        ("seed", "1"),
+        ("models", "Qwen3-30B-A3B"),
+    ],
+)
 def test_options_are_validated_with_the_allowed_values(field, value):
     from sglang_moe_plugins import InvalidArgumentError
 
@@ -378,7 +396,9 @@ def test_pytest_plugin_is_opt_in_and_runs_the_suite(tmp_path):
 
     opted = _Outcomes()
     target = f"{BROKEN}:WrongScaleLayoutPlugin"
-    code = pytest.main([*args, "--moe-plugin", target, "--moe-plugin-seed", "0", "--moe-plugin-cases", "1"], plugins=[opted])
+    code = pytest.main(
+        [*args, "--moe-plugin", target, "--moe-plugin-seed", "0", "--moe-plugin-cases", "1"], plugins=[opted]
+    )
     assert code == 1
     assert opted.reports[f"::moe-plugin-conformance[{target}]"] == "failed"
     assert sum(outcome == "passed" for outcome in opted.reports.values()) == 3
@@ -405,7 +425,9 @@ def test_a_costly_supports_fails_fast_on_the_slowest_call():
 
     progress = []
     started = time.perf_counter()
-    report = run_conformance(_SleepySupports(), SuiteOptions(seed=0), progress=lambda d, t, label: progress.append(label))
+    report = run_conformance(
+        _SleepySupports(), SuiteOptions(seed=0), progress=lambda d, t, label: progress.append(label)
+    )
     elapsed = time.perf_counter() - started
     # The first call is exempt (one-time imports); the second is over the 50 ms limit: stop there, not
     # after 3 calls on each of the ~375 catalog, edge and random cases (more than 9 minutes).
@@ -464,7 +486,10 @@ def test_supports_that_reads_a_tensor_is_caught(plugin, read):
 def test_unknown_suite_options_name_the_valid_fields():
     from sglang_moe_plugins import InvalidArgumentError
 
-    with pytest.raises(InvalidArgumentError, match=r"invalid argument random_case=3; allowed: a SuiteOptions field: seed, random_cases, "):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"invalid argument random_case=3; allowed: a SuiteOptions field: seed, random_cases, ",
+    ):
         run_conformance(ReferencePlugin(), random_case=3)
 
 
@@ -477,14 +502,25 @@ def test_pytest_marker_with_a_wrong_keyword_names_the_fields(tmp_path):
     )
     result = _pytest_subprocess(tmp_path, str(test_file))
     assert result.returncode == 1
-    assert "moe_plugin options: unknown keyword(s) 'random_case'; valid (SuiteOptions fields): seed, random_cases" in result.stdout
+    assert (
+        "moe_plugin options: unknown keyword(s) 'random_case'; valid (SuiteOptions fields): seed, random_cases"
+        in result.stdout
+    )
     assert "TypeError" not in result.stdout
 
 
 def test_pytest_moe_plugin_counts_its_item_as_collected(tmp_path):
     (tmp_path / "conftest.py").write_text("")
-    result = _pytest_subprocess(tmp_path, "--moe-plugin", f"{BROKEN}:WrongScaleLayoutPlugin", "--moe-plugin-seed", "0",
-                                "--moe-plugin-cases", "0", str(tmp_path))
+    result = _pytest_subprocess(
+        tmp_path,
+        "--moe-plugin",
+        f"{BROKEN}:WrongScaleLayoutPlugin",
+        "--moe-plugin-seed",
+        "0",
+        "--moe-plugin-cases",
+        "0",
+        str(tmp_path),
+    )
     assert "collected 0 items" not in result.stdout
     assert "collected 1 item" in result.stdout, result.stdout
     assert result.returncode == 1
@@ -498,8 +534,14 @@ def _pytest_subprocess(tmp_path, *args):
     root = os.path.dirname(os.path.dirname(sglang_moe_plugins.__file__))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), *args],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
 
 
 # -- prepare(): the optional launch of a shape key ----------------------------------------------------
@@ -538,10 +580,14 @@ class _PrepareOnce(ReferencePlugin):
         return lambda inputs, outputs: self.run(inputs, outputs, shape, config)
 
 
-@pytest.mark.parametrize("plugin, message", [
-    (_PrepareDiffers(), "the launch from prepare() wrote a different scale than run()"),
-    (_PrepareOnce(), "prepare() raised RuntimeError: prepared this key already"),
-], ids=["differs", "once-only"])
+@pytest.mark.parametrize(
+    "plugin, message",
+    [
+        (_PrepareDiffers(), "the launch from prepare() wrote a different scale than run()"),
+        (_PrepareOnce(), "prepare() raised RuntimeError: prepared this key already"),
+    ],
+    ids=["differs", "once-only"],
+)
 def test_broken_prepare_fails_the_prepare_check(plugin, message):
     report = run_conformance(plugin, SuiteOptions(**dict(SMALL, random_cases=2)))
     assert [c.name for c in report.failed_checks] == ["prepare"], report.summary()

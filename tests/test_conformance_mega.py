@@ -26,7 +26,9 @@ BROKEN = os.path.join(HERE, "broken_plugins.py")
 EXE = shutil.which("sglang-moe-plugins", path=os.path.dirname(sys.executable)) or "sglang-moe-plugins"
 #: The API run: one catalog model (EP 1 and 8, one catalog case run) and random cases; the CLI run below
 #: covers the edge cases (each suite run on CPU costs ~0.5 s per case run).
-SMALL = dict(seed=0, models=("Qwen3-30B-A3B",), eps=(1, 8), max_catalog_runs=1, random_cases=4, edge_cases=False, device="cpu")
+SMALL = dict(
+    seed=0, models=("Qwen3-30B-A3B",), eps=(1, 8), max_catalog_runs=1, random_cases=4, edge_cases=False, device="cpu"
+)
 #: Broken plugins accept fp8xfp4 only; edge and random cases suffice to catch each.
 BROKEN_OPTIONS = dict(seed=0, catalog=False, random_cases=3, device="cpu")
 
@@ -55,7 +57,9 @@ def test_cases_cover_catalog_variants_tokens_routings_and_seeded_random():
     assert all(c.shape.ep_size == 1 for c in cases if c.execute)
     assert sum(c.origin == "random" for c in cases) == 6
     again = adapter.cases(options, Platform.cpu(), 3)
-    assert [(c.shape, c.config, c.masked_m, c.seed) for c in again] == [(c.shape, c.config, c.masked_m, c.seed) for c in cases]
+    assert [(c.shape, c.config, c.masked_m, c.seed) for c in again] == [
+        (c.shape, c.config, c.masked_m, c.seed) for c in cases
+    ]
 
 
 def test_mega_reference_passes_through_the_api(reference_report):
@@ -86,9 +90,24 @@ def test_tolerance_rejects_a_small_perturbation_and_names_the_row():
 def test_check_mega_reference_through_the_cli():
     full = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
     proc = subprocess.run(
-        [EXE, "check", "mega_reference", "--seed", "1", "--cases", "0", "--no-catalog", "--device", "cpu",
-         "--no-progress", "--json"],
-        capture_output=True, text=True, env=full, timeout=300,
+        [
+            EXE,
+            "check",
+            "mega_reference",
+            "--seed",
+            "1",
+            "--cases",
+            "0",
+            "--no-catalog",
+            "--device",
+            "cpu",
+            "--no-progress",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(proc.stdout)

@@ -28,7 +28,12 @@ MEGA = dict(seed=0, catalog=False, random_cases=2, device="cpu")
 CAUGHT = [
     ("FirstTilePlugin", SMQ, "rows_written", "of real row 64 of expert"),
     ("PrepareReplaysPlugin", SMQ, "second_call", "stale output on the second call of a key through prepare()'s launch"),
-    ("PrepareKeepsInputsPlugin", SMQ, "second_call", "stale output on the second call of a key through prepare()'s launch"),
+    (
+        "PrepareKeepsInputsPlugin",
+        SMQ,
+        "second_call",
+        "stale output on the second call of a key through prepare()'s launch",
+    ),
     ("RunCachesPerKeyPlugin", SMQ, "second_call", "stale output on the second call of a key through run()"),
     ("NondeterministicPlugin", SMQ, "deterministic", "two run() calls on identical inputs wrote different scale"),
     ("ReadsPastMaskedMPlugin", SMQ, "padding_ignored", "reads rows past masked_m"),
@@ -54,11 +59,15 @@ def test_each_broken_plugin_is_caught_with_the_right_message(cls, options, check
         assert report.check("padding_ignored").status == PASSED, report.summary()
 
 
-@pytest.mark.parametrize("cls, options", [
-    ("ExampleTorchPlugin", SMQ),  # computes (and writes) padding rows too: legal
-    ("DeclaredNondeterministicPlugin", SMQ),
-    ("MegaAllGatherEpPlugin", MEGA),
-], ids=["padded-rows-example", "declared-nondeterministic", "mega-ep-allgather"])
+@pytest.mark.parametrize(
+    "cls, options",
+    [
+        ("ExampleTorchPlugin", SMQ),  # computes (and writes) padding rows too: legal
+        ("DeclaredNondeterministicPlugin", SMQ),
+        ("MegaAllGatherEpPlugin", MEGA),
+    ],
+    ids=["padded-rows-example", "declared-nondeterministic", "mega-ep-allgather"],
+)
 def test_legal_controls_pass(cls, options):
     target = "sglang_moe_example_plugin:ExampleTorchPlugin" if cls == "ExampleTorchPlugin" else f"{BROKEN}:{cls}"
     report = run_conformance(target, SuiteOptions(**options))
@@ -79,9 +88,15 @@ def test_default_cases_have_more_real_rows_than_any_common_tile():
     from sglang_moe_plugins.testing.ops.mega_moe_cases import parse_batch
 
     options = SuiteOptions(seed=0)
-    smq = [c for c in conformance_for("silu_mul_quant").cases(options, Platform.cpu(), 0) if c.execute and c.origin == "edge"]
+    smq = [
+        c
+        for c in conformance_for("silu_mul_quant").cases(options, Platform.cpu(), 0)
+        if c.execute and c.origin == "edge"
+    ]
     assert any(c.shape.max_rows >= 257 and c.masked_m in ("ragged", "full") for c in smq)
-    mega = [c for c in conformance_for("mega_moe").cases(options, Platform.cpu(), 0) if c.execute and c.origin == "edge"]
+    mega = [
+        c for c in conformance_for("mega_moe").cases(options, Platform.cpu(), 0) if c.execute and c.origin == "edge"
+    ]
     assert any(parse_batch(c.masked_m)[0] >= 257 for c in mega)
 
 
@@ -98,7 +113,8 @@ def test_an_ep_claim_the_kit_cannot_run_is_incomplete_not_passed():
 
 
 def test_check_exits_with_the_incomplete_status(tmp_path):
-    (tmp_path / "declines_cpu_ep.py").write_text(textwrap.dedent('''
+    (tmp_path / "declines_cpu_ep.py").write_text(
+        textwrap.dedent('''
         from sglang_moe_plugins import Support
         from sglang_moe_plugins.plugins.reference.mega_moe import MegaReferencePlugin
 
@@ -112,12 +128,32 @@ def test_check_exits_with_the_incomplete_status(tmp_path):
                 if shape.ep_size > 1 and shape.hidden < 1024:
                     return Support.no("EP > 1 at hidden >= 1024 only")
                 return Support.yes("EP > 1 at real sizes")
-    '''))
+    ''')
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
     env["PYTHONPATH"] = REPO
-    proc = subprocess.run([sys.executable, "-m", "sglang_moe_plugins.cli", "check", str(tmp_path / "declines_cpu_ep.py"), "--seed", "0",
-                           "--model", "Qwen3-30B-A3B", "--catalog-runs", "0", "--cases", "0", "--no-progress"],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sglang_moe_plugins.cli",
+            "check",
+            str(tmp_path / "declines_cpu_ep.py"),
+            "--seed",
+            "0",
+            "--model",
+            "Qwen3-30B-A3B",
+            "--catalog-runs",
+            "0",
+            "--cases",
+            "0",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == EXIT_INCOMPLETE == 4, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "claims EP > 1; not exercised" in proc.stdout and "declines the kit's CPU problem" in proc.stdout
 
@@ -126,27 +162,55 @@ def test_an_entry_point_named_unlike_its_plugin_fails_the_name_check(tmp_path):
     dist = tmp_path / "renamed_plugin-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: renamed-plugin\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[sglang_moe_plugins.kernels]\nsome_other_name = sglang_moe_example_plugin:ExampleTorchPlugin\n")
+    (dist / "entry_points.txt").write_text(
+        "[sglang_moe_plugins.kernels]\nsome_other_name = sglang_moe_example_plugin:ExampleTorchPlugin\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
     env["PYTHONPATH"] = os.pathsep.join([REPO, str(tmp_path)])
-    proc = subprocess.run([sys.executable, "-m", "sglang_moe_plugins.cli", "check", "some_other_name", "--seed", "0", "--no-catalog",
-                           "--cases", "0", "--no-progress"], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sglang_moe_plugins.cli",
+            "check",
+            "some_other_name",
+            "--seed",
+            "0",
+            "--no-catalog",
+            "--cases",
+            "0",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "[name]" in proc.stdout and "the entry point is named 'some_other_name' but the plugin's name is 'example_torch'" in proc.stdout
+    assert (
+        "[name]" in proc.stdout
+        and "the entry point is named 'some_other_name' but the plugin's name is 'example_torch'" in proc.stdout
+    )
 
 
 def test_a_long_run_prints_its_estimate_first():
     seen = []
-    run_conformance(f"{BROKEN}:DeclaredNondeterministicPlugin", SuiteOptions(**SMQ),
-                    estimate=lambda seconds, cases: seen.append((seconds, cases)))
+    run_conformance(
+        f"{BROKEN}:DeclaredNondeterministicPlugin",
+        SuiteOptions(**SMQ),
+        estimate=lambda seconds, cases: seen.append((seconds, cases)),
+    )
     assert seen == []  # a short run: no estimate
     from sglang_moe_plugins.testing import suite
 
     old = suite.ESTIMATE_THRESHOLD_S
     suite.ESTIMATE_THRESHOLD_S = 0.0
     try:
-        report = run_conformance(f"{BROKEN}:DeclaredNondeterministicPlugin", SuiteOptions(**SMQ),
-                                 estimate=lambda seconds, cases: seen.append((seconds, cases)))
+        report = run_conformance(
+            f"{BROKEN}:DeclaredNondeterministicPlugin",
+            SuiteOptions(**SMQ),
+            estimate=lambda seconds, cases: seen.append((seconds, cases)),
+        )
     finally:
         suite.ESTIMATE_THRESHOLD_S = old
     assert len(seen) == 1 and seen[0][1] == report.cases_run and seen[0][0] > 0

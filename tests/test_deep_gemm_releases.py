@@ -70,7 +70,10 @@ RELEASES: dict[str, Expected] = {
     "0.2.5": _NEW._replace(num_tokens_bound=True),
 }
 
-CACHE = pathlib.Path(os.environ.get("SGLANG_MOE_PLUGINS_WHEEL_CACHE") or pathlib.Path(tempfile.gettempdir()) / "sglang-moe-plugins-wheels")
+CACHE = pathlib.Path(
+    os.environ.get("SGLANG_MOE_PLUGINS_WHEEL_CACHE")
+    or pathlib.Path(tempfile.gettempdir()) / "sglang-moe-plugins-wheels"
+)
 
 
 def _sources(version: str) -> pathlib.Path:
@@ -81,14 +84,29 @@ def _sources(version: str) -> pathlib.Path:
         return package
     wheels = root / "wheel"
     if not list(wheels.glob("*.whl")):
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
-               "--only-binary=:all:", "--platform", "manylinux2014_x86_64", f"sgl-deep-gemm=={version}", "-d", str(wheels)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--only-binary=:all:",
+            "--platform",
+            "manylinux2014_x86_64",
+            f"sgl-deep-gemm=={version}",
+            "-d",
+            str(wheels),
+        ]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         except (OSError, subprocess.TimeoutExpired) as exc:
             pytest.skip(f"cannot download sgl-deep-gemm=={version}: {exc}")
         if proc.returncode != 0 or not list(wheels.glob("*.whl")):
-            pytest.skip(f"cannot download sgl-deep-gemm=={version} (pip download exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
+            pytest.skip(
+                f"cannot download sgl-deep-gemm=={version} (pip download exit {proc.returncode}): {proc.stderr.strip()[-300:]}"
+            )
     (wheel,) = list(wheels.glob("*.whl"))[:1]
     with zipfile.ZipFile(wheel) as z:
         for name in z.namelist():
@@ -102,11 +120,20 @@ def test_detection_reads_each_release(version: str) -> None:
     want = RELEASES[version]
     api = dga.api_from_source_dir(_sources(version), environ={})
     assert api.version == version
-    assert (api.flavour, api.refuses_legacy_env, api.shared_experts) == (want.flavour, want.refuses_legacy_env, want.shared_experts)
+    assert (api.flavour, api.refuses_legacy_env, api.shared_experts) == (
+        want.flavour,
+        want.refuses_legacy_env,
+        want.shared_experts,
+    )
     assert api.takes("get_symm_buffer_for_mega_moe", "num_shared_experts") == want.buffer_shared
     assert api.has("mega_moe_pre_dispatch_sm90") == want.sm90_pre_dispatch
     assert api.takes("fp8_mega_moe", "num_tokens_bound") == want.num_tokens_bound
-    assert {"get_symm_buffer_for_mega_moe", "fp8_fp4_mega_moe", "fp8_mega_moe", "mega_moe_pre_dispatch"} <= api.functions
+    assert {
+        "get_symm_buffer_for_mega_moe",
+        "fp8_fp4_mega_moe",
+        "fp8_mega_moe",
+        "mega_moe_pre_dispatch",
+    } <= api.functions
     assert api.mma_types == (("fp8xfp4", "mxf4xmxf4", "nvfp4xnvfp4") if want.flavour == "mma_type" else ("fp8xfp4",))
     # FP4 activations: by use_fp4_acts (and the DG_USE_* variables) up to 0.1.6, by mma_type from 0.1.7
     fp4_by = "mma_type" if want.flavour == "mma_type" else "use_fp4_acts"
@@ -128,7 +155,12 @@ def _definitions(package: pathlib.Path) -> dict[str, ast.FunctionDef]:
     mega = ast.parse((package / "mega" / "__init__.py").read_text())
     top_defs = {n.name: n for n in top.body if isinstance(n, ast.FunctionDef)}
     mega_defs = {n.name: n for n in mega.body if isinstance(n, ast.FunctionDef)}
-    exported = {a.asname or a.name for n in ast.walk(top) if isinstance(n, ast.ImportFrom) and n.module == "mega" for a in n.names}
+    exported = {
+        a.asname or a.name
+        for n in ast.walk(top)
+        if isinstance(n, ast.ImportFrom) and n.module == "mega"
+        for a in n.names
+    }
     found = {}
     for name in dga.MEGA_FUNCTIONS:
         if name in top_defs:
@@ -146,8 +178,15 @@ def _stand_in(package: pathlib.Path, record: Any) -> types.ModuleType:
             if a is not None:
                 a.annotation = None
         node.decorator_list, node.returns = [], None
-        node.body = [ast.Return(ast.Call(ast.Name("__record__", ast.Load()),
-                                         [ast.Constant(name), ast.Call(ast.Name("locals", ast.Load()), [], [])], []))]
+        node.body = [
+            ast.Return(
+                ast.Call(
+                    ast.Name("__record__", ast.Load()),
+                    [ast.Constant(name), ast.Call(ast.Name("locals", ast.Load()), [], [])],
+                    [],
+                )
+            )
+        ]
         code = compile(ast.fix_missing_locations(ast.Module([node], [])), f"<sgl-deep-gemm {name}>", "exec")
         namespace: dict[str, Any] = {"__record__": record}
         exec(code, namespace)  # noqa: S102 - the release's signature, with a recording body
@@ -162,11 +201,21 @@ def _buffer(args: dict[str, Any], variant: str) -> types.SimpleNamespace:
     rows, hidden, top_k = args["num_max_tokens_per_rank"], args["hidden"], args["num_topk"]
     sm90, fp4 = variant == "sm90_fp8", variant == "mxf4xmxf4"
     return types.SimpleNamespace(
-        x=torch.zeros((rows, hidden // 2), dtype=torch.int8) if fp4 else torch.zeros((rows, hidden), dtype=torch.float8_e4m3fn),
-        x_sf=torch.zeros((rows, hidden // 128), dtype=torch.float32) if sm90 else torch.zeros((rows, hidden // 128), dtype=torch.int32),
-        topk_idx=torch.zeros((rows, top_k), dtype=torch.int64), topk_weights=torch.zeros((rows, top_k)),
-        shared_l1_acts_sf=torch.as_strided(torch.zeros(256 * hidden // 128, dtype=torch.int32), (256, hidden // 128), (1, 256)),
-        group=args["group"], num_experts=args["num_experts"], num_max_tokens_per_rank=rows, num_topk=top_k,
+        x=torch.zeros((rows, hidden // 2), dtype=torch.int8)
+        if fp4
+        else torch.zeros((rows, hidden), dtype=torch.float8_e4m3fn),
+        x_sf=torch.zeros((rows, hidden // 128), dtype=torch.float32)
+        if sm90
+        else torch.zeros((rows, hidden // 128), dtype=torch.int32),
+        topk_idx=torch.zeros((rows, top_k), dtype=torch.int64),
+        topk_weights=torch.zeros((rows, top_k)),
+        shared_l1_acts_sf=torch.as_strided(
+            torch.zeros(256 * hidden // 128, dtype=torch.int32), (256, hidden // 128), (1, 256)
+        ),
+        group=args["group"],
+        num_experts=args["num_experts"],
+        num_max_tokens_per_rank=rows,
+        num_topk=top_k,
     )
 
 
@@ -239,7 +288,10 @@ def test_plugins_call_only_what_each_release_takes(version: str, monkeypatch: py
         outputs = mm.allocate_outputs(problem.shape, config, inputs.device, num_tokens=inputs.num_tokens)
         plugin.run(inputs, outputs, problem.shape, config)  # a TypeError here: an argument the release does not take
         names = [n for n, _ in calls]
-        assert names[0] == "get_symm_buffer_for_mega_moe" and names[-1] == mdg.VARIANTS[[v.name for v in mdg.VARIANTS].index(plugin.name)].kernel, label
+        assert (
+            names[0] == "get_symm_buffer_for_mega_moe"
+            and names[-1] == mdg.VARIANTS[[v.name for v in mdg.VARIANTS].index(plugin.name)].kernel
+        ), label
         buffer_args = calls[0][1]
         assert buffer_args["mma_type"] == ("mxf4xmxf4" if variant == "mxf4xmxf4" else "fp8xfp4"), label
         if expected.buffer_shared:

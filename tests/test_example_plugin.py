@@ -59,14 +59,20 @@ def _cpu_call(group_size=128, swizzle=False, limit=None, layout="column_major"):
     gen = torch.Generator().manual_seed(0)
     gateup = (torch.randn(e, n, 2 * d, generator=gen) * 4).to(torch.bfloat16)
     masked = torch.tensor([8, 0, 3, 5], dtype=torch.int32)
-    shape, config = smq.describe(gateup, masked, group_size=group_size, topk=2, swiglu_limit=limit, swizzle=swizzle,
-                                 scale_layout=layout)
+    shape, config = smq.describe(
+        gateup, masked, group_size=group_size, topk=2, swiglu_limit=limit, swizzle=swizzle, scale_layout=layout
+    )
     return gateup, masked, shape, config
 
 
 def test_example_appears_in_list():
-    result = subprocess.run([os.path.join(BIN, "sglang-moe-plugins"), "list", "--json"], capture_output=True, text=True,
-                            env=_clean_env(), timeout=120)
+    result = subprocess.run(
+        [os.path.join(BIN, "sglang-moe-plugins"), "list", "--json"],
+        capture_output=True,
+        text=True,
+        env=_clean_env(),
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     plugins = {p["name"]: p for p in json.loads(result.stdout)["plugins"]}
     example = plugins[NAME]
@@ -86,8 +92,10 @@ def test_selected_by_priority_and_supports_skipped_with_its_reason_elsewhere(sel
     assert selection.candidate("reference").verdict == Verdict.OUTRANKED
     assert "vectorised torch" in selection.candidate(NAME).reason
     # Outside its supports(): skipped with its own reason; the reference takes the call.
-    for kwargs, reason in (({"group_size": 64}, "only group_size 128 (this call has group_size 64)"),
-                           ({"swizzle": True}, "not gran-8 swizzled input")):
+    for kwargs, reason in (
+        ({"group_size": 64}, "only group_size 128 (this call has group_size 64)"),
+        ({"swizzle": True}, "not gran-8 swizzled input"),
+    ):
         _, _, shape, config = _cpu_call(**kwargs)
         selection = selector.explain(OP, shape, config)
         assert selection.chosen.name == "reference"
@@ -99,8 +107,11 @@ def test_selected_by_priority_and_supports_skipped_with_its_reason_elsewhere(sel
     selection = selector.explain(OP, case.shape, case.config)
     ours = selection.candidate(NAME)
     if selection.chosen.name == NAME:  # no plugin above it can run this call on this machine
-        assert all(c.priority < 25 or c.verdict in (Verdict.UNSUPPORTED, Verdict.DISABLED)
-                   for c in selection.candidates if c.name != NAME), selection.explain()
+        assert all(
+            c.priority < 25 or c.verdict in (Verdict.UNSUPPORTED, Verdict.DISABLED)
+            for c in selection.candidates
+            if c.name != NAME
+        ), selection.explain()
     else:
         assert ours.verdict == Verdict.OUTRANKED and selection.chosen.priority > 25
 
@@ -116,7 +127,9 @@ def test_priority_from_a_toml_file_puts_it_first(selector_from_env, tmp_path):
     assert "set by [priority]" in record.status and record.options["chunk_experts"] == 2
     # And it runs, through the public API, with the user's option applied (two experts at a time).
     gateup, masked, shape, config = _cpu_call(limit=10.0, layout="ue8m0_packed")
-    out, scale = api.silu_mul_quant(gateup, masked, group_size=128, topk=2, swiglu_limit=10.0, scale_layout="ue8m0_packed")
+    out, scale = api.silu_mul_quant(
+        gateup, masked, group_size=128, topk=2, swiglu_limit=10.0, scale_layout="ue8m0_packed"
+    )
     assert api.select(OP, shape, config).chosen.name == NAME
     check_against_fp64(smq.SiluMulQuantInputs(gateup, masked), smq.SiluMulQuantOutputs(out, scale), shape, config)
 
@@ -147,8 +160,11 @@ def test_cli_check_passes_on_the_example():
 
     wired = "check" in cli.build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     args = [NAME, "--seed", "0", "--cases", "8", "--catalog-runs", "8", "--json", "--no-progress"]
-    command = ([os.path.join(BIN, "sglang-moe-plugins"), "check"] if wired
-               else [sys.executable, "-m", "sglang_moe_plugins.cli.check"]) + args
+    command = (
+        [os.path.join(BIN, "sglang-moe-plugins"), "check"]
+        if wired
+        else [sys.executable, "-m", "sglang_moe_plugins.cli.check"]
+    ) + args
     result = subprocess.run(command, capture_output=True, text=True, env=_clean_env(), timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(result.stdout)
@@ -163,8 +179,10 @@ def test_cli_check_is_wired_into_the_main_cli():
 
     choices = cli.build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     if "check" not in choices:
-        pytest.skip("cli.py does not wire `check` yet: add `add_check_parser(sub)` "
-                    "(from sglang_moe_plugins.cli.check) in build_parser()")
+        pytest.skip(
+            "cli.py does not wire `check` yet: add `add_check_parser(sub)` "
+            "(from sglang_moe_plugins.cli.check) in build_parser()"
+        )
     assert cli.main(["check", NAME, "--seed", "1", "--cases", "2", "--catalog-runs", "2", "--no-progress"]) == 0
 
 

@@ -18,19 +18,47 @@ EXE = [_SCRIPT] if _SCRIPT else [sys.executable, "-m", "sglang_moe_plugins.cli"]
 #: config.json of three catalog models, as published (the keys the reader uses, plus some it must ignore).
 CONFIGS = {
     "Qwen3-30B-A3B-FP8": {
-        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
-        "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48,
-        "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]},
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "moe_intermediate_size": 768,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "num_hidden_layers": 48,
+        "quantization_config": {
+            "activation_scheme": "dynamic",
+            "fmt": "e4m3",
+            "quant_method": "fp8",
+            "weight_block_size": [128, 128],
+        },
     },
     "DeepSeek-V4-Flash": {
-        "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "hidden_size": 4096, "moe_intermediate_size": 2048,
-        "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 6, "swiglu_limit": 10.0,
-        "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0", "weight_block_size": [128, 128]},
+        "architectures": ["DeepseekV4ForCausalLM"],
+        "model_type": "deepseek_v4",
+        "hidden_size": 4096,
+        "moe_intermediate_size": 2048,
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 6,
+        "swiglu_limit": 10.0,
+        "quantization_config": {
+            "quant_method": "fp8",
+            "fmt": "e4m3",
+            "scale_fmt": "ue8m0",
+            "weight_block_size": [128, 128],
+        },
     },
     "Qwen3.5-35B-A3B": {
-        "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
-        "text_config": {"hidden_size": 2048, "moe_intermediate_size": 512, "num_experts": 256, "num_experts_per_tok": 8,
-                        "shared_expert_intermediate_size": 512},
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+        "model_type": "qwen3_5_moe",
+        "text_config": {
+            "hidden_size": 2048,
+            "moe_intermediate_size": 512,
+            "num_experts": 256,
+            "num_experts_per_tok": 8,
+            "shared_expert_intermediate_size": 512,
+        },
         "vision_config": {"hidden_size": 1152},
     },
 }
@@ -43,8 +71,17 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 def _decisions(payload: dict) -> list:
     """Everything explain decided, without the labels (which name the model by its source)."""
-    return [(c["op"], c["shape"], c["config"], c["chosen"], c["outcome"],
-             [(k["name"], k["priority"], k["verdict"], k["reason"]) for k in c["candidates"]]) for c in payload["calls"]]
+    return [
+        (
+            c["op"],
+            c["shape"],
+            c["config"],
+            c["chosen"],
+            c["outcome"],
+            [(k["name"], k["priority"], k["verdict"], k["reason"]) for k in c["candidates"]],
+        )
+        for c in payload["calls"]
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -71,20 +108,31 @@ def test_config_json_group_size_and_errors(tmp_path):
     path.write_text(json.dumps(CONFIGS["Qwen3-30B-A3B-FP8"]))
     spec, catalog = model_from_hf_config(path), get_model("Qwen3-30B-A3B-FP8")
     assert (spec.experts, spec.inter, spec.topk, spec.hidden, spec.swiglu_limit, spec.group_size) == (
-        catalog.experts, catalog.inter, catalog.topk, catalog.hidden, None, 128)
+        catalog.experts,
+        catalog.inter,
+        catalog.topk,
+        catalog.hidden,
+        None,
+        128,
+    )
     assert model_from_hf_config(_write(tmp_path, "dsv4", CONFIGS["DeepSeek-V4-Flash"])).swiglu_limit == 10.0
 
     no_experts = {k: v for k, v in CONFIGS["Qwen3-30B-A3B-FP8"].items() if k != "num_experts"}
     with pytest.raises(InvalidArgumentError, match="num_experts/n_routed_experts"):
         model_from_hf_config(_write(tmp_path, "dense", no_experts))
     result = cli("explain", "--model", str(_write(tmp_path, "dense2", no_experts)))
-    assert result.returncode == 2 and result.stderr.startswith("sglang-moe-plugins explain: error: --model: "), result.stderr
+    assert result.returncode == 2 and result.stderr.startswith("sglang-moe-plugins explain: error: --model: "), (
+        result.stderr
+    )
     assert "num_experts/n_routed_experts/num_local_experts" in result.stderr and "Traceback" not in result.stderr
 
     odd_group = json.loads(json.dumps(CONFIGS["Qwen3-30B-A3B-FP8"]))
     odd_group["quantization_config"]["weight_block_size"] = [128, 96]
     result = cli("explain", "--model", str(_write(tmp_path, "odd", odd_group)))
-    assert result.returncode == 2 and "weight_block_size gives group size 96; allowed: 16, 32, 64, 128, 256" in result.stderr, result.stderr
+    assert (
+        result.returncode == 2
+        and "weight_block_size gives group size 96; allowed: 16, 32, 64, 128, 256" in result.stderr
+    ), result.stderr
     assert cli("explain", "--model", str(tmp_path / "missing" / "config.json")).returncode == 2
 
 
@@ -98,8 +146,10 @@ def _write(tmp_path, name: str, cfg: dict):
 def test_bad_flag_is_blamed_by_its_own_name():
     result = cli("explain", "--experts", "64", "--hidden", "1000", "--topk", "4")
     assert result.returncode == 2
-    assert result.stderr.strip() == ("sglang-moe-plugins explain: error: --hidden: 1000 is not a multiple of the group size 128; "
-                                     "allowed: a multiple of 128")
+    assert result.stderr.strip() == (
+        "sglang-moe-plugins explain: error: --hidden: 1000 is not a multiple of the group size 128; "
+        "allowed: a multiple of 128"
+    )
     result = cli("explain", "--experts", "64", "--hidden", "1024", "--topk", "4", "--tp", "3")
     assert result.returncode == 2 and "error: --tp: TP3 leaves custom's intermediate size 1024" in result.stderr
     assert "allowed: 1, 2, 4, 8" in result.stderr

@@ -19,7 +19,15 @@ pytest.importorskip("sglang")
 
 from sglang_probe import run_probe  # noqa: E402
 from sglang_session import (  # noqa: E402, F401 - runner, default_selector: the shared fixtures
-    MEGA_REFERENCE, MEGA_TARGET, REFERENCE, SMQ_TARGET, TRITON, default_selector, ep, hooked_targets, require_mega_target,
+    MEGA_REFERENCE,
+    MEGA_TARGET,
+    REFERENCE,
+    SMQ_TARGET,
+    TRITON,
+    default_selector,
+    ep,
+    hooked_targets,
+    require_mega_target,
     runner,
 )
 
@@ -30,8 +38,6 @@ from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
 
 pytestmark = pytest.mark.sglang
 LOGGER = "sglang_moe_plugins"
-
-
 
 
 def data(e=4, n=8, d=256, seed=0):
@@ -59,30 +65,43 @@ def test_forced_plugin_that_cannot_run_raises_naming_it(runner, caplog):
         runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
     err = info.value
     assert err.forced == "triton" and err.op == smq.OP
-    assert str(err).startswith("the forced plugin 'triton' (force.silu_mul_quant in the configuration) cannot run silu_mul_quant E=4 N=8")
+    assert str(err).startswith(
+        "the forced plugin 'triton' (force.silu_mul_quant in the configuration) cannot run silu_mul_quant E=4 N=8"
+    )
     assert "unsupported: needs a CUDA device; this call runs on cpu" in str(err)
     assert not raised_in_sglang(err)  # never handed to SGLang's original function
     # The reference could run it, but the op is forced: it is not tried.
-    assert api.get_selector().explain(smq.OP, *smq.describe(gateup, masked, group_size=128, topk=2)).candidate(
-        "reference").verdict == Verdict.NOT_FORCED
+    assert (
+        api.get_selector()
+        .explain(smq.OP, *smq.describe(gateup, masked, group_size=128, topk=2))
+        .candidate("reference")
+        .verdict
+        == Verdict.NOT_FORCED
+    )
 
 
 def test_no_plugin_at_all_raises_instead_of_delegating(runner):
     api.reload(parse_config({"disable": ["reference"]}), entry_points=[REFERENCE])
     gateup, masked = data()
-    with pytest.raises(NoPluginAvailableError, match=r"no enabled plugin of op 'silu_mul_quant' supports .*\n  - reference: disabled") as info:
+    with pytest.raises(
+        NoPluginAvailableError, match=r"no enabled plugin of op 'silu_mul_quant' supports .*\n  - reference: disabled"
+    ) as info:
         runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
     assert not raised_in_sglang(info.value)
 
 
 def test_forced_plugin_that_raises_at_run_time_is_not_replaced(runner):
-    api.reload(parse_config({"force": {smq.OP: "policy_smq_raises"}}),
-               entry_points=[ep("policy_smq_raises", "policy_plugins:SmqRaises"), REFERENCE])
+    api.reload(
+        parse_config({"force": {smq.OP: "policy_smq_raises"}}),
+        entry_points=[ep("policy_smq_raises", "policy_plugins:SmqRaises"), REFERENCE],
+    )
     gateup, masked = data()
     for _ in range(2):  # not remembered as failed: the next call raises again
         with pytest.raises(RuntimeError, match="silu_mul_quant kernel failed on this rank") as info:
             runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
-        assert any("plugin 'policy_smq_raises'" in note and "force.silu_mul_quant" in note for note in info.value.__notes__)
+        assert any(
+            "plugin 'policy_smq_raises'" in note and "force.silu_mul_quant" in note for note in info.value.__notes__
+        )
     assert api.get_selector().failed_plugins() == {}
 
 
@@ -90,9 +109,15 @@ def test_forced_plugin_that_raises_at_run_time_is_not_replaced(runner):
 @pytest.mark.parametrize(
     "call, argument, value_text",
     [
-        pytest.param(lambda g, m: ((g, torch.empty_like(m, device="meta"), 128, 2), {}), "masked_m.device", "device(type='meta')",
-                     id="masked_m-other-device"),
-        pytest.param(lambda g, m: ((g, m, 128, 2), {"swiglu_limit": float("nan")}), "swiglu_limit", "nan", id="swiglu_limit-nan"),
+        pytest.param(
+            lambda g, m: ((g, torch.empty_like(m, device="meta"), 128, 2), {}),
+            "masked_m.device",
+            "device(type='meta')",
+            id="masked_m-other-device",
+        ),
+        pytest.param(
+            lambda g, m: ((g, m, 128, 2), {"swiglu_limit": float("nan")}), "swiglu_limit", "nan", id="swiglu_limit-nan"
+        ),
         pytest.param(lambda g, m: ((g.float(), m, 128, 2), {}), "gateup.dtype", "torch.float32", id="gateup-fp32"),
         pytest.param(lambda g, m: ((g, m.long(), 128, 2), {}), "masked_m.dtype", "torch.int64", id="masked_m-int64"),
         pytest.param(lambda g, m: ((g, m), {"group_size": 100, "topk": 2}), "group_size", "100", id="group_size-100"),
@@ -131,7 +156,9 @@ def test_unmodelled_calls_go_to_the_original_logged_once_per_kind(runner, caplog
     with caplog.at_level(logging.INFO, logger=LOGGER):
         for alpha in (1.702, 1.5, 2.0, 3.0):  # different values: one line for the kind
             with pytest.raises(Exception) as info:  # noqa: PT011 - SGLang's own function has no CPU kernel
-                runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2, gemm1_alpha=alpha, gemm1_clamp_limit=7.0)
+                runner._varlen_deep_gemm_silu_mul_quant(
+                    gateup, masked, 128, 2, gemm1_alpha=alpha, gemm1_clamp_limit=7.0
+                )
             assert raised_in_sglang(info.value)
         for _ in range(3):
             with pytest.raises(AssertionError) as info:  # SGLang's `assert masked_m is not None`
@@ -140,7 +167,9 @@ def test_unmodelled_calls_go_to_the_original_logged_once_per_kind(runner, caplog
     lines = [r.getMessage() for r in caplog.records if "handed to SGLang's original function" in r.getMessage()]
     assert len(lines) == 2, lines
     assert "gemm1_alpha / gemm1_clamp_limit" in lines[0] and "masked_m=None" in lines[1]
-    assert len(logged) == 2 and not logged.first("gemm1_alpha") and not logged.first("masked_m=None")  # kinds, never values
+    assert (
+        len(logged) == 2 and not logged.first("gemm1_alpha") and not logged.first("masked_m=None")
+    )  # kinds, never values
     assert api.get_selector().cache_info()["decisions"] == before  # nothing was selected
 
 
@@ -159,15 +188,37 @@ def _mega_call(runner_module, problem):
     s, c, i = problem.shape, problem.config, problem.inputs
     layer = _LAYERS.get(id(problem))
     if layer is None or layer[0] is not problem:
-        layer = _LAYERS[id(problem)] = (problem, _Experts(
-            _mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=False, _mega_moe_sm90_fp8_weights=False,
-            num_experts=s.num_experts, moe_ep_size=1, mega_l1_weights=i.l1_weights, mega_l2_weights=i.l2_weights))
+        layer = _LAYERS[id(problem)] = (
+            problem,
+            _Experts(
+                _mega_moe_weights_built=True,
+                _mega_moe_nvfp4=False,
+                _mega_moe_w4a4=False,
+                _mega_moe_sm90_fp8_weights=False,
+                num_experts=s.num_experts,
+                moe_ep_size=1,
+                mega_l1_weights=i.l1_weights,
+                mega_l2_weights=i.l2_weights,
+            ),
+        )
     experts = layer[1]
     return runner_module.run_mega_routed_experts(
-        experts, i.hidden_states, i.topk_ids, i.topk_weights, hidden_size=s.hidden, intermediate_size=s.intermediate,
-        top_k=s.top_k, num_tokens=i.num_tokens, activation_clamp=c.activation_clamp,
-        routed_scaling_factor=c.routed_scaling_factor, activation="swiglu", num_shared_experts=0,
-        shared_l1_weights=None, shared_l2_weights=None, routing_in_buffer=False)
+        experts,
+        i.hidden_states,
+        i.topk_ids,
+        i.topk_weights,
+        hidden_size=s.hidden,
+        intermediate_size=s.intermediate,
+        top_k=s.top_k,
+        num_tokens=i.num_tokens,
+        activation_clamp=c.activation_clamp,
+        routed_scaling_factor=c.routed_scaling_factor,
+        activation="swiglu",
+        num_shared_experts=0,
+        shared_l1_weights=None,
+        shared_l2_weights=None,
+        routing_in_buffer=False,
+    )
 
 
 def test_collective_op_never_falls_back_per_rank(runner, caplog):
@@ -182,7 +233,9 @@ def test_collective_op_never_falls_back_per_rank(runner, caplog):
     for _ in range(2):  # the plugin raises on this rank every time; mega_reference is never run in its place
         with pytest.raises(RuntimeError, match="mega kernel failed on this rank") as info:
             _mega_call(host, problem)
-        assert any("op 'mega_moe' is collective" in note and "policy_mega_raises" in note for note in info.value.__notes__)
+        assert any(
+            "op 'mega_moe' is collective" in note and "policy_mega_raises" in note for note in info.value.__notes__
+        )
     assert api.get_selector().failed_plugins() == {}
     # Without the failing plugin the same hooked call runs mega_reference: the call itself is modelled.
     api.reload(UserConfig(), entry_points=[MEGA_REFERENCE])
@@ -196,7 +249,10 @@ def test_collective_op_never_falls_back_when_supports_raises(runner):
     import sglang.srt.layers.moe.mega_moe as host
     from _mega_cases import make_problem
 
-    api.reload(UserConfig(), entry_points=[ep("policy_mega_supports_raises", "policy_plugins:MegaSupportsRaises"), MEGA_REFERENCE])
+    api.reload(
+        UserConfig(),
+        entry_points=[ep("policy_mega_supports_raises", "policy_plugins:MegaSupportsRaises"), MEGA_REFERENCE],
+    )
     problem = make_problem("fp8xfp4", seed=4)
     with pytest.raises(RuntimeError, match="probe failed on this rank") as info:
         _mega_call(host, problem)
@@ -221,7 +277,7 @@ def test_non_collective_op_still_falls_back(runner, caplog):
 @pytest.mark.parametrize("strict_from", ["env", "file"])
 def test_strict_config_error_installs_hooks_that_raise_it(tmp_path, strict_from):
     bad = tmp_path / "moe.toml"
-    bad.write_text(('strict = true\n' if strict_from == "file" else "") + 'enable = ["jit_epp"]\n')
+    bad.write_text(("strict = true\n" if strict_from == "file" else "") + 'enable = ["jit_epp"]\n')
     env = {"SGLANG_MOE_PLUGINS_CONFIG": str(bad)}
     if strict_from == "env":
         env["SGLANG_MOE_PLUGINS_STRICT"] = "1"
@@ -249,8 +305,9 @@ def test_unreadable_config_path_is_a_config_error_at_load_plugins(tmp_path, kind
         text = "not UTF-8 text"
     result, stderr = run_probe(SGLANG_MOE_PLUGINS_CONFIG=str(path), SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR="stock")
     assert result["patched"] == []  # on_config_error = stock: the package stays off, SGLang runs unhooked
-    assert ("sglang-moe-plugins is NOT active (on_config_error = stock): invalid configuration: "
-            "SGLANG_MOE_PLUGINS_CONFIG=") in stderr and text in stderr
+    assert (
+        "sglang-moe-plugins is NOT active (on_config_error = stock): invalid configuration: SGLANG_MOE_PLUGINS_CONFIG="
+    ) in stderr and text in stderr
     assert "IsADirectoryError" not in stderr and "UnicodeDecodeError" not in stderr  # no raw traceback
     assert "Traceback" not in stderr and "Failed to execute general plugin" not in stderr  # not re-raised
     closed, _ = run_probe(SGLANG_MOE_PLUGINS_CONFIG=str(path))  # the default fails closed

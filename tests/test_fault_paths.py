@@ -20,7 +20,12 @@ import torch
 pytest.importorskip("sglang")
 
 from sglang_session import (  # noqa: E402, F401 - runner, default_selector: the shared fixtures
-    MEGA_REFERENCE, REFERENCE, default_selector, ep, require_mega_target, runner,
+    MEGA_REFERENCE,
+    REFERENCE,
+    default_selector,
+    ep,
+    require_mega_target,
+    runner,
 )
 
 from sglang_moe_plugins import ConfigError, InvalidArgumentError, OutputValidationError, Registry, UserConfig, api  # noqa: E402
@@ -31,8 +36,6 @@ from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference  # noq
 
 pytestmark = pytest.mark.sglang
 LOGGER = "sglang_moe_plugins"
-
-
 
 
 def data(e=4, n=8, d=256, seed=0):
@@ -51,13 +54,16 @@ def reference_of(gateup, masked, group_size=128, topk=2, **kw):
 
 
 def same_real_rows(got_out, got_scale, want, mask):
-    return (torch.equal(got_out[mask].view(torch.uint8), want.out[mask].view(torch.uint8))
-            and torch.equal(got_scale.float()[mask], want.scale.float()[mask]))
+    return torch.equal(got_out[mask].view(torch.uint8), want.out[mask].view(torch.uint8)) and torch.equal(
+        got_scale.float()[mask], want.scale.float()[mask]
+    )
 
 
 # -- finding 7: no fallback on a clobbered input -------------------------------------------------------
 def test_failure_after_writing_a_writable_input_raises_instead_of_falling_back(runner, caplog):
-    api.reload(UserConfig(), entry_points=[ep("policy_smq_clobbers", "policy_plugins:SmqClobbersThenRaises"), REFERENCE])
+    api.reload(
+        UserConfig(), entry_points=[ep("policy_smq_clobbers", "policy_plugins:SmqClobbersThenRaises"), REFERENCE]
+    )
     gateup, masked = data()
     want, mask = reference_of(gateup, masked)
     with caplog.at_level(logging.ERROR, logger=LOGGER):
@@ -67,8 +73,9 @@ def test_failure_after_writing_a_writable_input_raises_instead_of_falling_back(r
     assert "plugin 'policy_smq_clobbers'" in notes
     assert "no fallback: it may have modified the input gateup (marked writable by the host)" in notes
     # One ERROR line for the failure (the registry's WARNING that the plugin outranks the built-ins is not it).
-    (line,) = [r.getMessage() for r in caplog.records
-               if r.levelno >= logging.ERROR and "policy_smq_clobbers" in r.getMessage()]
+    (line,) = [
+        r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR and "policy_smq_clobbers" in r.getMessage()
+    ]
     assert "this call raises" in line and "falling back" not in line
     # The plugin is excluded for the key: the next call (fresh workspace) runs the reference, right.
     out, scale = runner._varlen_deep_gemm_silu_mul_quant(data()[0], masked, 128, 2)
@@ -80,15 +87,19 @@ def test_failure_after_writing_a_writable_input_raises_instead_of_falling_back(r
 def test_declared_writes_decide_per_call(runner):
     """writes_inputs(shape, config): a plugin that writes gateup only with a swiglu_limit (as fp8_fallback
     does) falls back on calls without one, and raises on calls with one."""
-    api.reload(UserConfig(), entry_points=[ep("policy_smq_clamps", "policy_plugins:SmqDeclaresClampThenRaises"), REFERENCE])
+    api.reload(
+        UserConfig(), entry_points=[ep("policy_smq_clamps", "policy_plugins:SmqDeclaresClampThenRaises"), REFERENCE]
+    )
     gateup, masked = data(seed=1)
     want, mask = reference_of(gateup, masked)
     out, scale = runner._varlen_deep_gemm_silu_mul_quant(gateup.clone(), masked, 128, 2)  # no limit: falls back
     assert same_real_rows(out, scale, want, mask)
     with pytest.raises(RuntimeError, match="kernel failed") as info:
         runner._varlen_deep_gemm_silu_mul_quant(gateup.clone(), masked, 128, 2, swiglu_limit=7.0)
-    assert any("policy_smq_clamps" in n and "no fallback: it may have modified the input gateup" in n
-               for n in info.value.__notes__)
+    assert any(
+        "policy_smq_clamps" in n and "no fallback: it may have modified the input gateup" in n
+        for n in info.value.__notes__
+    )
 
 
 def test_plugin_that_declares_no_writes_still_falls_back(runner):
@@ -129,17 +140,23 @@ def test_wrong_result_type_is_an_error_naming_the_plugin_and_falls_back(runner, 
     with caplog.at_level(logging.ERROR, logger=LOGGER):
         out, scale = runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)  # a tuple: the next plugin
     assert same_real_rows(out, scale, want, mask)
-    (line,) = [r.getMessage() for r in caplog.records
-               if r.levelno >= logging.ERROR and "policy_smq_tuple" in r.getMessage()]
+    (line,) = [
+        r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR and "policy_smq_tuple" in r.getMessage()
+    ]
     assert "OutputValidationError" in line and "returned tuple from run()" in line and "SiluMulQuantOutputs" in line
 
 
 def test_wrong_result_type_raises_on_every_call_under_strict(runner):
-    api.reload(parse_config({"strict": True}), entry_points=[ep("policy_smq_tuple", "policy_plugins:SmqReturnsTupleLater"), REFERENCE])
+    api.reload(
+        parse_config({"strict": True}),
+        entry_points=[ep("policy_smq_tuple", "policy_plugins:SmqReturnsTupleLater"), REFERENCE],
+    )
     gateup, masked = data(seed=4)
     runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
     for _ in range(2):
-        with pytest.raises(OutputValidationError, match=r"plugin 'policy_smq_tuple' returned tuple from run\(\) on op 'silu_mul_quant'"):
+        with pytest.raises(
+            OutputValidationError, match=r"plugin 'policy_smq_tuple' returned tuple from run\(\) on op 'silu_mul_quant'"
+        ):
             runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
 
 
@@ -174,7 +191,10 @@ def test_mega_outputs_with_too_few_rows_are_an_error(runner):
     api.reload(UserConfig(), entry_points=[ep("policy_mega_short", "policy_plugins:MegaShortRows"), MEGA_REFERENCE])
     with pytest.raises(OutputValidationError) as info:
         _mega(host, problem)
-    assert f"plugin 'policy_mega_short' returned y.shape=(1, {problem.shape.hidden}) for a call of {tokens} tokens" in str(info.value)
+    assert (
+        f"plugin 'policy_mega_short' returned y.shape=(1, {problem.shape.hidden}) for a call of {tokens} tokens"
+        in str(info.value)
+    )
 
 
 def test_mega_too_few_rows_on_a_later_call_is_an_error_under_strict(runner):
@@ -183,8 +203,10 @@ def test_mega_too_few_rows_on_a_later_call_is_an_error_under_strict(runner):
     from _mega_cases import make_problem
 
     problem = make_problem("fp8xfp4", seed=8)
-    api.reload(parse_config({"strict": True}), entry_points=[ep("policy_mega_short_later", "policy_plugins:MegaShortRowsLater"),
-                                                            MEGA_REFERENCE])
+    api.reload(
+        parse_config({"strict": True}),
+        entry_points=[ep("policy_mega_short_later", "policy_plugins:MegaShortRowsLater"), MEGA_REFERENCE],
+    )
     assert _mega(host, problem).shape[0] == problem.inputs.num_tokens  # first call: right size
     with pytest.raises(OutputValidationError, match="plugin 'policy_mega_short_later' returned y.shape=.1, "):
         _mega(host, problem)
@@ -203,8 +225,11 @@ def test_mega_validate_outputs_counts_rows_against_the_inputs():
 
 
 # -- swiglu_limit / activation_clamp that do not fit -------------------------------------------------------
-@pytest.mark.parametrize("limit", [10**400, -(10**400), 2.0**-127, 1e-45], ids=["int-too-big", "negative-int-too-big",
-                                                                              "below-bf16-normal", "bf16-subnormal"])
+@pytest.mark.parametrize(
+    "limit",
+    [10**400, -(10**400), 2.0**-127, 1e-45],
+    ids=["int-too-big", "negative-int-too-big", "below-bf16-normal", "bf16-subnormal"],
+)
 def test_swiglu_limit_that_does_not_fit_is_an_invalid_argument(runner, limit):
     api.reload(UserConfig(), entry_points=[REFERENCE])
     gateup, masked = data()
@@ -222,16 +247,29 @@ def test_smallest_accepted_swiglu_limit(runner):
     assert config.swiglu_limit == 1e30
 
 
-@pytest.mark.parametrize("clamp, ok", [(10**400, False), (2.0**-127, False), (0, True), (2.0**-126, True), (10, True)],
-                         ids=["int-too-big", "below-bf16-normal", "zero", "bf16-normal-min", "ten"])
+@pytest.mark.parametrize(
+    "clamp, ok",
+    [(10**400, False), (2.0**-127, False), (0, True), (2.0**-126, True), (10, True)],
+    ids=["int-too-big", "below-bf16-normal", "zero", "bf16-normal-min", "ten"],
+)
 def test_mega_activation_clamp_bounds(clamp, ok):
     from _mega_cases import make_problem
 
     p = make_problem("fp8xfp4", seed=10)
     s, i = p.shape, p.inputs
-    call = lambda: mm.describe(i.hidden_states, i.topk_ids, i.topk_weights, l1_weights=i.l1_weights, l2_weights=i.l2_weights,  # noqa: E731
-                               variant="fp8xfp4", num_experts=s.num_experts, hidden_size=s.hidden,
-                               intermediate_size=s.intermediate, top_k=s.top_k, activation_clamp=clamp)
+    call = lambda: mm.describe(
+        i.hidden_states,
+        i.topk_ids,
+        i.topk_weights,
+        l1_weights=i.l1_weights,
+        l2_weights=i.l2_weights,  # noqa: E731
+        variant="fp8xfp4",
+        num_experts=s.num_experts,
+        hidden_size=s.hidden,
+        intermediate_size=s.intermediate,
+        top_k=s.top_k,
+        activation_clamp=clamp,
+    )
     if ok:
         assert call()[1].activation_clamp == float(clamp)
     else:
@@ -246,13 +284,20 @@ def test_option_value_error_is_a_config_error_naming_plugin_option_value_and_all
     config = load_config({"SGLANG_MOE_PLUGINS_CONFIG": str(path)})
     with pytest.raises(ConfigError) as info:
         Registry.discover(config, eps=[ep("policy_options", "policy_plugins:OptionsChecked")])
-    assert str(info.value) == (f"option block=48 for plugin 'policy_options' in {path} is not accepted; "
-                               "allowed: a power of two >= 1")
-    with pytest.raises(ConfigError, match=r"option mode='slow' for plugin 'policy_options' is not accepted; allowed: 'fast' or 'exact'"):
-        Registry.discover(parse_config({"options": {"policy_options": {"mode": "slow"}}}),
-                          eps=[ep("policy_options", "policy_plugins:OptionsChecked")])
-    registry = Registry.discover(parse_config({"options": {"policy_options": {"block": 128, "mode": "exact"}}}),
-                                 eps=[ep("policy_options", "policy_plugins:OptionsChecked")])
+    assert str(info.value) == (
+        f"option block=48 for plugin 'policy_options' in {path} is not accepted; allowed: a power of two >= 1"
+    )
+    with pytest.raises(
+        ConfigError, match=r"option mode='slow' for plugin 'policy_options' is not accepted; allowed: 'fast' or 'exact'"
+    ):
+        Registry.discover(
+            parse_config({"options": {"policy_options": {"mode": "slow"}}}),
+            eps=[ep("policy_options", "policy_plugins:OptionsChecked")],
+        )
+    registry = Registry.discover(
+        parse_config({"options": {"policy_options": {"block": 128, "mode": "exact"}}}),
+        eps=[ep("policy_options", "policy_plugins:OptionsChecked")],
+    )
     assert dict(registry.get("policy_options").options) == {"block": 128, "mode": "exact"}
 
 
@@ -260,17 +305,27 @@ def test_example_plugin_rejects_a_negative_chunk_experts():
     example = pytest.importorskip("sglang_moe_example_plugin.plugin")
     value = "sglang_moe_example_plugin.plugin:ExampleTorchPlugin"
     with pytest.raises(ConfigError) as info:
-        Registry.discover(parse_config({"options": {"example_torch": {"chunk_experts": -1}}}), eps=[ep("example_torch", value)])
+        Registry.discover(
+            parse_config({"options": {"example_torch": {"chunk_experts": -1}}}), eps=[ep("example_torch", value)]
+        )
     text = str(info.value)
     assert "plugin 'example_torch'" in text and "chunk_experts=-1" in text and "an int >= 1" in text
-    ok = Registry.discover(parse_config({"options": {"example_torch": {"chunk_experts": 2}}}), eps=[ep("example_torch", value)])
+    ok = Registry.discover(
+        parse_config({"options": {"example_torch": {"chunk_experts": 2}}}), eps=[ep("example_torch", value)]
+    )
     assert ok.get("example_torch").options["chunk_experts"] == 2
     assert example.ExampleTorchPlugin.writes_inputs == frozenset()
 
 
 def test_builtin_mega_deep_gemm_rejects_an_unknown_pre_dispatch():
     value = "sglang_moe_plugins.plugins.deep_gemm.plugin:MegaW4A8Plugin"
-    with pytest.raises(ConfigError, match=r"option pre_dispatch='tritn' for plugin 'mega_w4a8' is not accepted; allowed: one of"):
-        Registry.discover(parse_config({"options": {"mega_w4a8": {"pre_dispatch": "tritn"}}}), eps=[ep("mega_w4a8", value)])
-    ok = Registry.discover(parse_config({"options": {"mega_w4a8": {"pre_dispatch": "torch"}}}), eps=[ep("mega_w4a8", value)])
+    with pytest.raises(
+        ConfigError, match=r"option pre_dispatch='tritn' for plugin 'mega_w4a8' is not accepted; allowed: one of"
+    ):
+        Registry.discover(
+            parse_config({"options": {"mega_w4a8": {"pre_dispatch": "tritn"}}}), eps=[ep("mega_w4a8", value)]
+        )
+    ok = Registry.discover(
+        parse_config({"options": {"mega_w4a8": {"pre_dispatch": "torch"}}}), eps=[ep("mega_w4a8", value)]
+    )
     assert ok.get("mega_w4a8").options["pre_dispatch"] == "torch"

@@ -43,14 +43,21 @@ from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference
 from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP
 
 TESTS = pathlib.Path(__file__).resolve().parent
-REFERENCE_EP = EntryPoint("reference", "sglang_moe_plugins.plugins.reference.silu_mul_quant:ReferencePlugin", ENTRY_POINT_GROUP)
+REFERENCE_EP = EntryPoint(
+    "reference", "sglang_moe_plugins.plugins.reference.silu_mul_quant:ReferencePlugin", ENTRY_POINT_GROUP
+)
 LOGGER = "sglang_moe_plugins"
 
 #: Runtime faults: (plugin name, verdict after the first call, text of the log line, error under strict)
 RUNTIME_FAULTS = [
     ("fault_supports", Verdict.ERROR, "supports() raised: RuntimeError: supports exploded", RuntimeError),
     ("fault_run", Verdict.FAILED, "RuntimeError: run exploded", RuntimeError),
-    ("fault_wrong_shape", Verdict.FAILED, "returned out.shape=(4, 8, 128), the host requires (4, 8, 256)", OutputValidationError),
+    (
+        "fault_wrong_shape",
+        Verdict.FAILED,
+        "returned out.shape=(4, 8, 128), the host requires (4, 8, 256)",
+        OutputValidationError,
+    ),
     ("fault_wrong_dtype", Verdict.FAILED, "returned out.dtype=torch.bfloat16", OutputValidationError),
     ("fault_wrong_layout", Verdict.FAILED, "returned scale.stride()=(16, 2, 1)", OutputValidationError),
 ]
@@ -73,7 +80,9 @@ def reference_outputs(inputs, shape, config):
 
 def same_real_rows(a, b, inputs, shape) -> bool:
     real = smq.real_rows(inputs.masked_m, shape.max_rows)
-    return torch.equal(a.out.view(torch.uint8)[real], b.out.view(torch.uint8)[real]) and torch.equal(a.scale[real], b.scale[real])
+    return torch.equal(a.out.view(torch.uint8)[real], b.out.view(torch.uint8)[real]) and torch.equal(
+        a.scale[real], b.scale[real]
+    )
 
 
 #: The fault plugins' priorities (500 to 900) are above every built-in's: since issue 18 each is also named
@@ -82,8 +91,11 @@ OUTRANKS = "above every built-in plugin"
 
 
 def problem_records(caplog) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name.startswith(LOGGER) and r.levelno >= logging.WARNING
-            and OUTRANKS not in r.getMessage()]
+    return [
+        r
+        for r in caplog.records
+        if r.name.startswith(LOGGER) and r.levelno >= logging.WARNING and OUTRANKS not in r.getMessage()
+    ]
 
 
 # -- in-process, through EntryPoint objects ----------------------------------------------------------
@@ -149,8 +161,14 @@ def test_every_fault_at_once_the_reference_still_answers(caplog):
             got = selector.dispatch(smq.OP, inputs, shape, config)
     assert same_real_rows(got, reference_outputs(inputs, shape, config), inputs, shape)
     verdicts = {c.name: c.verdict for c in selector.explain(smq.OP, shape, config).candidates}
-    assert verdicts == {"fault_supports": Verdict.ERROR, "fault_run": Verdict.FAILED, "fault_wrong_shape": Verdict.FAILED,
-                        "fault_wrong_dtype": Verdict.FAILED, "fault_wrong_layout": Verdict.FAILED, "reference": Verdict.CHOSEN}
+    assert verdicts == {
+        "fault_supports": Verdict.ERROR,
+        "fault_run": Verdict.FAILED,
+        "fault_wrong_shape": Verdict.FAILED,
+        "fault_wrong_dtype": Verdict.FAILED,
+        "fault_wrong_layout": Verdict.FAILED,
+        "reference": Verdict.CHOSEN,
+    }
     # 2 load problems + 1 supports error + 4 run/output failures: one line each.
     assert len(problem_records(caplog)) == 7
     # and each of the 5 fault plugins that loaded outranks the built-ins: named once each.
@@ -200,13 +218,21 @@ def _env(site: pathlib.Path | None, **extra: str) -> dict[str, str]:
 
 def doctor(site, *args: str, **env: str) -> subprocess.CompletedProcess:
     exe = pathlib.Path(sys.executable).with_name("sglang-moe-plugins")
-    return subprocess.run([str(exe), "doctor", "--no-hooks", "--json", *args], capture_output=True, text=True,
-                          env=_env(site, **env), timeout=180, cwd=site or TESTS)
+    return subprocess.run(
+        [str(exe), "doctor", "--no-hooks", "--json", *args],
+        capture_output=True,
+        text=True,
+        env=_env(site, **env),
+        timeout=180,
+        cwd=site or TESTS,
+    )
 
 
 def test_installed_fault_distribution_is_found_by_importlib_metadata(fault_site):
-    code = ("import json; from importlib.metadata import entry_points; "
-            f"print(json.dumps(sorted((e.name, e.value, e.dist.name) for e in entry_points(group='{ENTRY_POINT_GROUP}'))))")
+    code = (
+        "import json; from importlib.metadata import entry_points; "
+        f"print(json.dumps(sorted((e.name, e.value, e.dist.name) for e in entry_points(group='{ENTRY_POINT_GROUP}'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(fault_site), timeout=60)
     found = {name: (value, dist) for name, value, dist in json.loads(out.stdout)}
     for name, value in ENTRY_POINTS.items():
@@ -221,10 +247,23 @@ def test_doctor_shows_every_fault_of_an_installed_distribution(fault_site):
     problems = "\n".join(report["problems"])
     for name, text in LOAD_FAULTS:
         assert f"plugin entry point {name!r} ({ENTRY_POINTS[name]}, from {DIST}) skipped: {text}" in problems
-    assert "plugin 'fault_supports' self-check: supports(E=2 N=4 D=512 group=128 topk=1) raised RuntimeError: supports exploded" in problems
-    assert "plugin 'fault_run' self-check: run() on the probe call (E=2 N=4 D=512 group=128 topk=1) failed: RuntimeError: run exploded" in problems
-    for name, what in (("fault_wrong_shape", "out.shape"), ("fault_wrong_dtype", "out.dtype"), ("fault_wrong_layout", "scale.stride()")):
-        assert f"plugin {name!r} self-check: run() on the probe call" in problems and f"OutputValidationError: plugin {name!r} returned {what}" in problems
+    assert (
+        "plugin 'fault_supports' self-check: supports(E=2 N=4 D=512 group=128 topk=1) raised RuntimeError: supports exploded"
+        in problems
+    )
+    assert (
+        "plugin 'fault_run' self-check: run() on the probe call (E=2 N=4 D=512 group=128 topk=1) failed: RuntimeError: run exploded"
+        in problems
+    )
+    for name, what in (
+        ("fault_wrong_shape", "out.shape"),
+        ("fault_wrong_dtype", "out.dtype"),
+        ("fault_wrong_layout", "scale.stride()"),
+    ):
+        assert (
+            f"plugin {name!r} self-check: run() on the probe call" in problems
+            and f"OutputValidationError: plugin {name!r} returned {what}" in problems
+        )
     assert len(report["problems"]) == 7
     states = {row["plugin"]: row["state"] for row in report["self check"]}
     assert states["reference"] == "ok"
@@ -291,11 +330,17 @@ SGLANG_PROBE = """
 
 def _sglang_probe(site, **env) -> dict:
     pytest.importorskip("sglang")
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(SGLANG_PROBE)], capture_output=True, text=True,
-                          env=_env(site, **env), timeout=300, cwd=site)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SGLANG_PROBE)],
+        capture_output=True,
+        text=True,
+        env=_env(site, **env),
+        timeout=300,
+        cwd=site,
+    )
     line = next((line for line in proc.stdout.splitlines() if line.startswith("RESULT ")), None)
     assert proc.returncode == 0 and line, proc.stderr[-4000:]
-    return json.loads(line[len("RESULT "):]) | {"stderr": proc.stderr}
+    return json.loads(line[len("RESULT ") :]) | {"stderr": proc.stderr}
 
 
 @pytest.mark.sglang
@@ -305,7 +350,9 @@ def test_sglang_with_the_fault_distribution_keeps_working(fault_site):
     assert result["match"]
     verdicts = result["verdicts"]
     assert verdicts["fault_supports"] == "error" and verdicts["reference"] in ("chosen", "outranked")
-    assert all(verdicts[n] == "failed" for n in ("fault_run", "fault_wrong_shape", "fault_wrong_dtype", "fault_wrong_layout"))
+    assert all(
+        verdicts[n] == "failed" for n in ("fault_run", "fault_wrong_shape", "fault_wrong_dtype", "fault_wrong_layout")
+    )
     lines = result["records"]
     # One line per fault: 2 load problems when the registry is built in load_plugins(), then 1 supports
     # error and 4 run failures on the first call; the second call adds nothing.
@@ -325,4 +372,7 @@ def test_sglang_with_the_fault_distribution_under_strict(fault_site):
     for error in result["errors"]:
         assert error.startswith("PluginValidationError: strict = true and 2 plugin(s) could not be registered")
         assert "fault_missing_dep" in error and "fault_missing_module" in error
-    assert "failing closed: the hooks are installed and every hooked call raises this PluginValidationError" in result["stderr"]
+    assert (
+        "failing closed: the hooks are installed and every hooked call raises this PluginValidationError"
+        in result["stderr"]
+    )

@@ -65,8 +65,17 @@ def _summary():
     path = os.environ.get("MOE_FUZZ_SUMMARY")
     if path:
         with open(path, "w") as handle:
-            json.dump({"profile": PROFILE, "seed": SEED, "seconds": round(time.time() - start, 1),
-                       "counts": dict(sorted(STATS.items())), "worst": WORST}, handle, indent=2)
+            json.dump(
+                {
+                    "profile": PROFILE,
+                    "seed": SEED,
+                    "seconds": round(time.time() - start, 1),
+                    "counts": dict(sorted(STATS.items())),
+                    "worst": WORST,
+                },
+                handle,
+                indent=2,
+            )
 
 
 def _cpu_plugins():
@@ -106,9 +115,12 @@ def mega_calls(draw):
     variant = draw(st.sampled_from(["fp8xfp4", "mxf4xmxf4", "sm90_fp8"]))
     experts = draw(st.integers(1, 6))
     return dict(
-        variant=variant, experts=experts,
-        hidden=draw(st.sampled_from([128, 256, 512])), inter=draw(st.sampled_from([128, 256])),
-        tokens=draw(st.integers(0, 12)), top_k=draw(st.integers(1, min(4, experts))),
+        variant=variant,
+        experts=experts,
+        hidden=draw(st.sampled_from([128, 256, 512])),
+        inter=draw(st.sampled_from([128, 256])),
+        tokens=draw(st.integers(0, 12)),
+        top_k=draw(st.integers(1, min(4, experts))),
         clamp=draw(st.one_of(st.none(), st.sampled_from([10.0, 7.0, 3.0]))),
         rsf=draw(st.sampled_from([1.0, 2.5, 0.5])),
         shared=draw(st.booleans()) if variant == "fp8xfp4" else False,
@@ -134,9 +146,18 @@ def test_fuzz_mega_reference(mega_oracle, case):
     from sglang_moe_plugins.ops import mega_moe as mm
 
     note(repr(case))
-    p = make_problem(case["variant"], experts=case["experts"], hidden=case["hidden"], inter=case["inter"],
-                     tokens=case["tokens"], top_k=case["top_k"], clamp=case["clamp"], rsf=case["rsf"],
-                     shared=case["shared"], seed=case["seed"])
+    p = make_problem(
+        case["variant"],
+        experts=case["experts"],
+        hidden=case["hidden"],
+        inter=case["inter"],
+        tokens=case["tokens"],
+        top_k=case["top_k"],
+        clamp=case["clamp"],
+        rsf=case["rsf"],
+        shared=case["shared"],
+        seed=case["seed"],
+    )
     if case["tokens"]:
         gen = torch.Generator().manual_seed(case["seed"] + 1)
         drop = torch.rand(p.inputs.topk_ids.shape, generator=gen) < case["empty_slots"]
@@ -169,8 +190,20 @@ def _mega_plugin():
 def test_fuzz_checks_are_not_vacuous():
     """The checks used above reject a wrong answer (a scale 1.8% off, a missing row)."""
     gen = torch.Generator().manual_seed(0)
-    case = dict(e=2, n=4, d=256, group=128, topk=1, limit=None, swizzle=False, layout="row_major", keep_fp32=True,
-                routing="full", values="row_binades", seed=0)
+    case = dict(
+        e=2,
+        n=4,
+        d=256,
+        group=128,
+        topk=1,
+        limit=None,
+        swizzle=False,
+        layout="row_major",
+        keep_fp32=True,
+        routing="full",
+        values="row_binades",
+        seed=0,
+    )
     gateup = make_gateup(case, gen)
     masked = torch.tensor([4, 4], dtype=torch.int32)
     shape, config = smq.describe(gateup, masked, group_size=128, topk=1, scale_layout="row_major", keep_fp32=True)
@@ -197,8 +230,20 @@ def test_the_gpu_fuzz_finding_is_a_fast_exp_and_within_the_policy():
     from sglang_moe_plugins.quant import quantize_fp8_groups
     from sglang_moe_plugins.testing.ops.silu_mul_quant import EXACT
 
-    case = dict(e=6, n=8, d=1072, group=16, topk=1, limit=None, swizzle=True, layout="row_major", keep_fp32=True,
-                routing="random", values="element_binades", seed=8)
+    case = dict(
+        e=6,
+        n=8,
+        d=1072,
+        group=16,
+        topk=1,
+        limit=None,
+        swizzle=True,
+        layout="row_major",
+        keep_fp32=True,
+        routing="random",
+        values="element_binades",
+        seed=8,
+    )
     gen = torch.Generator().manual_seed(case["seed"])
     gateup, masked = make_gateup(case, gen), make_masked(case, gen)
     shape, config = describe_case(case, gateup, masked)
@@ -207,7 +252,9 @@ def test_the_gpu_fuzz_finding_is_a_fast_exp_and_within_the_policy():
     values = fast_exp_silu_mul(gate, up)
     outputs = smq.allocate_outputs(shape, config, torch.device("cpu"))
     outputs.out[real], outputs.scale[real] = quantize_fp8_groups(values, case["group"], ue8m0=False)
-    assert bool(real[2, 2]) and float(outputs.scale[2, 2, 24]) == pytest.approx(0.00480396952, rel=1e-8)  # the GPU's value
+    assert bool(real[2, 2]) and float(outputs.scale[2, 2, 24]) == pytest.approx(
+        0.00480396952, rel=1e-8
+    )  # the GPU's value
     inputs = smq.SiluMulQuantInputs(gateup, masked)
     assert compare_with_fp64(inputs, outputs, shape, config, STRICT).ok
     exact = compare_with_fp64(inputs, outputs, shape, config, EXACT)

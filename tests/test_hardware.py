@@ -14,18 +14,35 @@ from sglang_moe_plugins import hardware
 from sglang_moe_plugins.hardware import Platform, first_visible_device, local_platform, platform_of
 
 
-@pytest.mark.parametrize("visible, first", [
-    (None, 0),  # unset: every GPU, the first one
-    ("0", 0), ("3", 3), ("2,0", 2), (" 1 , 0", 1), ("0,-1", 0), ("+2", 2),
-    ("1gpu2,2ampere", 1),  # "something like strtoul" (torch.cuda._parse_visible_devices)
-    ("", None), ("-1", None), ("-1,0", None), ("none", None), ("cuda:0", None), ("\u00b2", None),
-    (",0", None),  # an empty first entry is invalid: CUDA stops there
-    ("0,0", None), ("1,2,1", None), ("GPU-89,GPU-89", None),  # a device named twice: none visible (as torch)
-    ("0,-1,0", 0),  # the repeat comes after the invalid entry, where CUDA stopped
-    ("GPU-8932f937", "GPU-8932f937"), ("GPU-8932f937-d72c,1", "GPU-8932f937-d72c"), (" GPU-8932f937", None),
-    ("MIG-GPU-8932f937-d72c-4106-c12f-20bd9faed9f6/1/2", "MIG-GPU-8932f937-d72c-4106-c12f-20bd9faed9f6/1/2"),
-    ("MIG-5d3e2b1a", "MIG-5d3e2b1a"),
-])
+@pytest.mark.parametrize(
+    "visible, first",
+    [
+        (None, 0),  # unset: every GPU, the first one
+        ("0", 0),
+        ("3", 3),
+        ("2,0", 2),
+        (" 1 , 0", 1),
+        ("0,-1", 0),
+        ("+2", 2),
+        ("1gpu2,2ampere", 1),  # "something like strtoul" (torch.cuda._parse_visible_devices)
+        ("", None),
+        ("-1", None),
+        ("-1,0", None),
+        ("none", None),
+        ("cuda:0", None),
+        ("\u00b2", None),
+        (",0", None),  # an empty first entry is invalid: CUDA stops there
+        ("0,0", None),
+        ("1,2,1", None),
+        ("GPU-89,GPU-89", None),  # a device named twice: none visible (as torch)
+        ("0,-1,0", 0),  # the repeat comes after the invalid entry, where CUDA stopped
+        ("GPU-8932f937", "GPU-8932f937"),
+        ("GPU-8932f937-d72c,1", "GPU-8932f937-d72c"),
+        (" GPU-8932f937", None),
+        ("MIG-GPU-8932f937-d72c-4106-c12f-20bd9faed9f6/1/2", "MIG-GPU-8932f937-d72c-4106-c12f-20bd9faed9f6/1/2"),
+        ("MIG-5d3e2b1a", "MIG-5d3e2b1a"),
+    ],
+)
 def test_first_visible_device_reads_cuda_visible_devices_as_cuda_does(visible, first):
     assert first_visible_device(visible) == first
 
@@ -69,16 +86,23 @@ H200 = ("GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", (9, 0))
 B200 = ("GPU-89aa0000-0000-0000-0000-000000000000", (10, 0))
 
 
-@pytest.mark.parametrize("visible, want", [
-    (None, Platform.cuda(9, 0)), ("1", Platform.cuda(10, 0)), ("1,0", Platform.cuda(10, 0)),
-    ("0,0", Platform.cpu()),
-    ("2", Platform.cpu()),  # no third GPU: an invalid index, no GPU
-    ("GPU-89aa", Platform.cuda(10, 0)), ("gpu-8932", Platform.cpu()),  # "gpu-" is not CUDA's prefix
-    ("GPU-89", Platform.cpu()),  # names both GPUs: not one GPU
-    ("MIG-GPU-8932f937-d72c-4106-c12f-20bd9faed9f6/1/2", Platform.cuda(9, 0)),
-    ("MIG-5d3e2b1a", Platform.cpu()),  # NVML does not know the MIG device
-    ("", Platform.cpu()), ("-1", Platform.cpu()),
-])
+@pytest.mark.parametrize(
+    "visible, want",
+    [
+        (None, Platform.cuda(9, 0)),
+        ("1", Platform.cuda(10, 0)),
+        ("1,0", Platform.cuda(10, 0)),
+        ("0,0", Platform.cpu()),
+        ("2", Platform.cpu()),  # no third GPU: an invalid index, no GPU
+        ("GPU-89aa", Platform.cuda(10, 0)),
+        ("gpu-8932", Platform.cpu()),  # "gpu-" is not CUDA's prefix
+        ("GPU-89", Platform.cpu()),  # names both GPUs: not one GPU
+        ("MIG-GPU-8932f937-d72c-4106-c12f-20bd9faed9f6/1/2", Platform.cuda(9, 0)),
+        ("MIG-5d3e2b1a", Platform.cpu()),  # NVML does not know the MIG device
+        ("", Platform.cpu()),
+        ("-1", Platform.cpu()),
+    ],
+)
 def test_the_nvml_probe_picks_the_first_visible_gpu(monkeypatch, visible, want):
     fake = FakeNvml([H200, B200])
     monkeypatch.setattr(hardware, "_nvml_library", lambda: fake)
@@ -90,14 +114,22 @@ def test_the_nvml_probe_picks_the_first_visible_gpu(monkeypatch, visible, want):
     assert fake.shutdowns == (0 if first_visible_device(visible) is None else 1)
 
 
-@pytest.mark.parametrize("gpus, visible, want", [
-    ([H200, B200], "1", Platform.cpu()),  # mixed models, CUDA's fastest-first order: NVML's index 1 may not be CUDA's
-    ([H200, B200], None, Platform.cpu()),
-    ([H200, B200], "GPU-89aa", Platform.cuda(10, 0)),  # a UUID names one GPU in any order
-    ([H200, ("GPU-1111", (9, 0))], "1", Platform.cuda(9, 0)),  # one model: every index is the same platform
-])
-def test_an_index_in_cudas_default_order_is_read_only_where_it_cannot_name_another_model(monkeypatch, gpus,
-                                                                                          visible, want):
+@pytest.mark.parametrize(
+    "gpus, visible, want",
+    [
+        (
+            [H200, B200],
+            "1",
+            Platform.cpu(),
+        ),  # mixed models, CUDA's fastest-first order: NVML's index 1 may not be CUDA's
+        ([H200, B200], None, Platform.cpu()),
+        ([H200, B200], "GPU-89aa", Platform.cuda(10, 0)),  # a UUID names one GPU in any order
+        ([H200, ("GPU-1111", (9, 0))], "1", Platform.cuda(9, 0)),  # one model: every index is the same platform
+    ],
+)
+def test_an_index_in_cudas_default_order_is_read_only_where_it_cannot_name_another_model(
+    monkeypatch, gpus, visible, want
+):
     fake = FakeNvml(gpus)
     monkeypatch.setattr(hardware, "_nvml_library", lambda: fake)
     hardware._driver_platform.cache_clear()
@@ -146,8 +178,10 @@ def test_without_torch_local_platform_is_cpu_here_and_imports_no_torch():
         pass
     else:  # pragma: no cover - depends on the machine
         pytest.skip("an NVIDIA driver is installed here (tests/gpu/test_platform_probe_gpu.py compares it with torch)")
-    code = ("import sys; from sglang_moe_plugins.hardware import local_platform; p = local_platform(); "
-            "print(p, 'torch' in sys.modules)")
+    code = (
+        "import sys; from sglang_moe_plugins.hardware import local_platform; p = local_platform(); "
+        "print(p, 'torch' in sys.modules)"
+    )
     for visible in (None, "0", ""):
         env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
         if visible is not None:

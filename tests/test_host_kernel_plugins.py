@@ -7,9 +7,19 @@ import pytest
 import torch
 
 from sglang_moe_plugins.hardware import Platform
-from sglang_moe_plugins.ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantInputs, SiluMulQuantShape, allocate_outputs
+from sglang_moe_plugins.ops.silu_mul_quant import (
+    SiluMulQuantConfig,
+    SiluMulQuantInputs,
+    SiluMulQuantShape,
+    allocate_outputs,
+)
 from sglang_moe_plugins.plugins.sglang_kernels.fp8_fallback import Fp8FallbackPlugin
-from sglang_moe_plugins.plugins.sglang_kernels.host import HostKernels, get_host_kernels, sglang_mega_pre_dispatch, use_host_kernels
+from sglang_moe_plugins.plugins.sglang_kernels.host import (
+    HostKernels,
+    get_host_kernels,
+    sglang_mega_pre_dispatch,
+    use_host_kernels,
+)
 from sglang_moe_plugins.plugins.sglang_kernels.jit_ep import JitEpPlugin
 
 SM90 = Platform.cuda(9, 0)
@@ -82,7 +92,9 @@ def test_fp8_fallback_supports(fake_kernels, shp, cfg, ok, reason):
 def test_supports_is_pure_and_repeatable(fake_kernels):
     for plugin in (JitEpPlugin(), Fp8FallbackPlugin()):
         for shp, cfg, _, _ in JIT_CASES:
-            assert plugin.supports(shp, cfg) == plugin.supports(SiluMulQuantShape(**shp.__dict__), SiluMulQuantConfig(**cfg.__dict__))
+            assert plugin.supports(shp, cfg) == plugin.supports(
+                SiluMulQuantShape(**shp.__dict__), SiluMulQuantConfig(**cfg.__dict__)
+            )
 
 
 def _inputs(e=4, n=8, d=256):
@@ -102,11 +114,20 @@ def test_jit_ep_passes_the_host_layouts(fake_kernels):
         assert args[0] is inputs.gateup and args[1] is outputs.out and args[3] == 128
         assert torch.equal(args[4], inputs.masked_m.clamp(0, 8)) and args[4].dtype == torch.int32
         # topk = max(topk, E): SGLang's kernel caps the rows it writes at N * topk (found by the GPU fuzz)
-        assert kwargs == {"scale_ue8m0": layout == "ue8m0_packed", "topk": 4, "transposed": layout == "ue8m0_packed",
-                          "swiglu_limit": 10.0, "swizzle": True}
+        assert kwargs == {
+            "scale_ue8m0": layout == "ue8m0_packed",
+            "topk": 4,
+            "transposed": layout == "ue8m0_packed",
+            "swiglu_limit": 10.0,
+            "swizzle": True,
+        }
         if layout == "ue8m0_packed":
             # SGLang's kernel takes the [E, G//4, N] int32 buffer: a contiguous transpose of our [E, N, G//4] view
-            assert args[2].shape == (4, 1, 8) and args[2].is_contiguous() and args[2].data_ptr() == outputs.scale.data_ptr()
+            assert (
+                args[2].shape == (4, 1, 8)
+                and args[2].is_contiguous()
+                and args[2].data_ptr() == outputs.scale.data_ptr()
+            )
         else:
             assert args[2] is outputs.scale
 
@@ -117,8 +138,12 @@ def test_jit_ep_passes_topk_of_at_least_e(fake_kernels):
     for topk, want in ((8, 8), (1, 2)):
         shp = SiluMulQuantShape(2, 4, 256, 128, topk)
         cfg = config(platform=Platform.cpu(), layout="row_major")
-        JitEpPlugin().run(SiluMulQuantInputs(torch.randn(2, 4, 512).bfloat16(), masked),
-                          allocate_outputs(shp, cfg, torch.device("cpu")), shp, cfg)
+        JitEpPlugin().run(
+            SiluMulQuantInputs(torch.randn(2, 4, 512).bfloat16(), masked),
+            allocate_outputs(shp, cfg, torch.device("cpu")),
+            shp,
+            cfg,
+        )
         assert fake_kernels[-1][2]["topk"] == want
 
 
@@ -126,7 +151,9 @@ def test_jit_ep_passes_topk_of_at_least_e(fake_kernels):
 def test_fp8_fallback_clamps_in_bf16_and_respects_writability(fake_kernels, writable):
     gateup = (torch.randn(4, 8, 512) * 30).bfloat16()
     original = gateup.clone()
-    inputs = SiluMulQuantInputs(gateup, torch.tensor([8, 0, 3, 5], dtype=torch.int32), num_real_tokens=10, gateup_writable=writable)
+    inputs = SiluMulQuantInputs(
+        gateup, torch.tensor([8, 0, 3, 5], dtype=torch.int32), num_real_tokens=10, gateup_writable=writable
+    )
     shp = SiluMulQuantShape(4, 8, 256, 128, 2)
     cfg = config(platform=Platform.cpu(), layout="column_major", limit=7.0)
     outputs = allocate_outputs(shp, cfg, torch.device("cpu"))
@@ -134,7 +161,9 @@ def test_fp8_fallback_clamps_in_bf16_and_respects_writability(fake_kernels, writ
     _, args, kwargs = fake_kernels[-1]
     passed = args[0]
     assert (passed[..., :256] <= 7.0).all() and passed[..., 256:].abs().max() <= 7.0
-    assert torch.equal(passed, torch.cat([original[..., :256].clamp(max=7.0), original[..., 256:].clamp(-7.0, 7.0)], -1))
+    assert torch.equal(
+        passed, torch.cat([original[..., :256].clamp(max=7.0), original[..., 256:].clamp(-7.0, 7.0)], -1)
+    )
     assert (passed is gateup) is writable
     assert torch.equal(gateup, original) is not writable
     assert args[1] is outputs.out and args[2] is outputs.scale
@@ -146,7 +175,9 @@ def test_fp8_fallback_clamps_in_bf16_and_respects_writability(fake_kernels, writ
 def test_host_kernel_plugins_clamp_masked_m_to_0_N(fake_kernels):
     """The op defines counts outside [0, N] as clamped; SGLang's kernels would read/write past row N."""
     shp = SiluMulQuantShape(4, 8, 256, 128, 2)
-    inputs = SiluMulQuantInputs(torch.randn(4, 8, 512).bfloat16(), torch.tensor([9, -3, 8, 2**31 - 1], dtype=torch.int32))
+    inputs = SiluMulQuantInputs(
+        torch.randn(4, 8, 512).bfloat16(), torch.tensor([9, -3, 8, 2**31 - 1], dtype=torch.int32)
+    )
     for plugin, layout in ((JitEpPlugin(), "row_major"), (Fp8FallbackPlugin(), "column_major")):
         cfg = config(platform=Platform.cpu(), layout=layout)
         plugin.run(inputs, allocate_outputs(shp, cfg, torch.device("cpu")), shp, cfg)

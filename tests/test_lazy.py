@@ -41,9 +41,13 @@ def test_copies_pickles_and_dunder_probes_of_a_lazy_module_neither_recurse_nor_i
     assert not hasattr(bare, "_name") and not hasattr(bare, "anything")
 
 
-LAZY_MODULES = ("sglang_moe_plugins.core.dispatcher", "sglang_moe_plugins.ops.silu_mul_quant",
-                "sglang_moe_plugins.ops.mega_moe", "sglang_moe_plugins.quant",
-                "sglang_moe_plugins.plugins.reference.silu_mul_quant")
+LAZY_MODULES = (
+    "sglang_moe_plugins.core.dispatcher",
+    "sglang_moe_plugins.ops.silu_mul_quant",
+    "sglang_moe_plugins.ops.mega_moe",
+    "sglang_moe_plugins.quant",
+    "sglang_moe_plugins.plugins.reference.silu_mul_quant",
+)
 
 
 def test_the_package_modules_hold_torch_itself_after_the_first_call():

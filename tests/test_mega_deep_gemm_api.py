@@ -15,6 +15,7 @@ from sglang_moe_plugins.plugins.deep_gemm import api as dga
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
+
 def _write_package(root: pathlib.Path, init: str, mega: str, version: str) -> pathlib.Path:
     pkg = root / "deep_gemm"
     (pkg / "mega").mkdir(parents=True)
@@ -28,8 +29,14 @@ def test_installed_package_is_the_mma_type_api() -> None:
     pytest.importorskip("deep_gemm", reason="sgl-deep-gemm installed")
     api = dga.detect_deep_gemm_api(refresh=True)
     assert api.flavour == "mma_type" and api.refuses_legacy_env and api.shared_experts
-    assert {"get_symm_buffer_for_mega_moe", "fp8_fp4_mega_moe", "fp8_mega_moe", "mega_moe_pre_dispatch",
-            "mega_moe_pre_dispatch_sm90", "get_block_m_for_mega_moe"} <= api.functions
+    assert {
+        "get_symm_buffer_for_mega_moe",
+        "fp8_fp4_mega_moe",
+        "fp8_mega_moe",
+        "mega_moe_pre_dispatch",
+        "mega_moe_pre_dispatch_sm90",
+        "get_block_m_for_mega_moe",
+    } <= api.functions
     from importlib import metadata
 
     assert api.version == metadata.version("sgl-deep-gemm")
@@ -41,7 +48,10 @@ def test_static_detection_agrees_with_the_imported_module() -> None:
     static = dga.detect_deep_gemm_api(refresh=True)
     live = dga.api_of_module(deep_gemm)
     assert (live.flavour, live.signatures, live.refuses_legacy_env, live.version) == (
-        static.flavour, static.signatures, static.refuses_legacy_env, static.version,
+        static.flavour,
+        static.signatures,
+        static.refuses_legacy_env,
+        static.version,
     )
 
 

@@ -36,23 +36,35 @@ class FakeGroup:
         return 0
 
 
-def _fake_buffer(num_experts, num_max_tokens_per_rank, num_topk, hidden, intermediate_hidden, mma_type="fp8xfp4", sm90=False):
+def _fake_buffer(
+    num_experts, num_max_tokens_per_rank, num_topk, hidden, intermediate_hidden, mma_type="fp8xfp4", sm90=False
+):
     """Views shaped like sgl-deep-gemm 0.2.3's slice_symm_buffer_for_mega_moe returns them."""
     rows, groups = num_max_tokens_per_rank, hidden // 32
     if sm90:
         x = torch.zeros((rows, hidden), dtype=torch.float8_e4m3fn)
         x_sf = torch.zeros((rows, hidden // 128), dtype=torch.float32)
     else:
-        x = torch.zeros((rows, hidden // 2), dtype=torch.int8) if mma_type == "mxf4xmxf4" else torch.zeros((rows, hidden), dtype=torch.float8_e4m3fn)
+        x = (
+            torch.zeros((rows, hidden // 2), dtype=torch.int8)
+            if mma_type == "mxf4xmxf4"
+            else torch.zeros((rows, hidden), dtype=torch.float8_e4m3fn)
+        )
         x_sf = torch.zeros((rows, groups // 4), dtype=torch.int32)
     shared_rows = 256
-    shared_sf = torch.as_strided(torch.zeros(shared_rows * groups // 4, dtype=torch.int32), (shared_rows, groups // 4), (1, shared_rows))
+    shared_sf = torch.as_strided(
+        torch.zeros(shared_rows * groups // 4, dtype=torch.int32), (shared_rows, groups // 4), (1, shared_rows)
+    )
     buf = SimpleNamespace(
-        x=x, x_sf=x_sf,
+        x=x,
+        x_sf=x_sf,
         topk_idx=torch.full((rows, num_topk), 12345, dtype=torch.int64),
         topk_weights=torch.full((rows, num_topk), 7.0),
-        shared_l1_acts_sf=shared_sf, group=None,
-        num_experts=num_experts, num_max_tokens_per_rank=rows, num_topk=num_topk,
+        shared_l1_acts_sf=shared_sf,
+        group=None,
+        num_experts=num_experts,
+        num_max_tokens_per_rank=rows,
+        num_topk=num_topk,
     )
     if not sm90:
         buf.mma_type = mma_type
@@ -67,8 +79,14 @@ class Recorder:
         self.snapshots: dict[str, Any] = {}
         self.sm90 = sm90
         self.num_sms = 148
-        for name in ("get_symm_buffer_for_mega_moe", "fp8_fp4_mega_moe", "fp8_mega_moe", "mega_moe_pre_dispatch",
-                     "mega_moe_pre_dispatch_sm90", "get_block_m_for_mega_moe"):
+        for name in (
+            "get_symm_buffer_for_mega_moe",
+            "fp8_fp4_mega_moe",
+            "fp8_mega_moe",
+            "mega_moe_pre_dispatch",
+            "mega_moe_pre_dispatch_sm90",
+            "get_block_m_for_mega_moe",
+        ):
             monkeypatch.setattr(deep_gemm, name, self._wrap(name, getattr(deep_gemm, name)))
         monkeypatch.setattr(deep_gemm, "get_num_sms", lambda: self.num_sms)
         monkeypatch.setattr(deep_gemm, "set_num_sms", lambda n: setattr(self, "num_sms", n))
@@ -88,8 +106,15 @@ class Recorder:
 
     def _get_symm_buffer_for_mega_moe(self, bound: inspect.BoundArguments) -> Any:
         a = bound.arguments
-        buf = _fake_buffer(a["num_experts"], a["num_max_tokens_per_rank"], a["num_topk"], a["hidden"],
-                           a["intermediate_hidden"], a.get("mma_type", "fp8xfp4"), sm90=self.sm90)
+        buf = _fake_buffer(
+            a["num_experts"],
+            a["num_max_tokens_per_rank"],
+            a["num_topk"],
+            a["hidden"],
+            a["intermediate_hidden"],
+            a.get("mma_type", "fp8xfp4"),
+            sm90=self.sm90,
+        )
         buf.group = a["group"]
         return buf
 
@@ -98,7 +123,9 @@ class Recorder:
 
     def _kernel(self, bound: inspect.BoundArguments) -> None:
         buf = bound.arguments["sym_buffer"]
-        self.snapshots["buffer"] = {k: getattr(buf, k).clone() for k in ("x", "x_sf", "topk_idx", "topk_weights", "shared_l1_acts_sf")}
+        self.snapshots["buffer"] = {
+            k: getattr(buf, k).clone() for k in ("x", "x_sf", "topk_idx", "topk_weights", "shared_l1_acts_sf")
+        }
         bound.arguments["y"].fill_(1.0)
 
     _fp8_fp4_mega_moe = _kernel
@@ -122,18 +149,38 @@ def _run(plugin: mdg.MegaDeepGemmPlugin, problem, platform: Platform, pre_dispat
 
 def _expected_buffer(problem, variant: str, rsf: float, shared_block_m: int = 0) -> SimpleNamespace:
     s = problem.shape
-    buf = _fake_buffer(s.num_experts, s.max_tokens_per_rank, s.top_k, s.hidden, s.intermediate,
-                       "mxf4xmxf4" if variant == "mxf4xmxf4" else "fp8xfp4", sm90=variant == "sm90_fp8")
-    nm.pre_dispatch_reference(problem.inputs.hidden_states, problem.inputs.topk_ids, problem.inputs.topk_weights,
-                              buf.x, buf.x_sf, buf.topk_idx, buf.topk_weights, variant=variant, routed_scaling_factor=rsf,
-                              shared_x_sf=buf.shared_l1_acts_sf if shared_block_m else None, shared_block_m=shared_block_m)
+    buf = _fake_buffer(
+        s.num_experts,
+        s.max_tokens_per_rank,
+        s.top_k,
+        s.hidden,
+        s.intermediate,
+        "mxf4xmxf4" if variant == "mxf4xmxf4" else "fp8xfp4",
+        sm90=variant == "sm90_fp8",
+    )
+    nm.pre_dispatch_reference(
+        problem.inputs.hidden_states,
+        problem.inputs.topk_ids,
+        problem.inputs.topk_weights,
+        buf.x,
+        buf.x_sf,
+        buf.topk_idx,
+        buf.topk_weights,
+        variant=variant,
+        routed_scaling_factor=rsf,
+        shared_x_sf=buf.shared_l1_acts_sf if shared_block_m else None,
+        shared_block_m=shared_block_m,
+    )
     return buf
 
 
 def _assert_buffer(snapshot: dict, expected: SimpleNamespace) -> None:
     for key in ("x", "x_sf", "topk_idx", "topk_weights", "shared_l1_acts_sf"):
         got, want = snapshot[key], getattr(expected, key)
-        assert torch.equal(got.view(torch.uint8) if got.dtype.itemsize == 1 else got, want.view(torch.uint8) if want.dtype.itemsize == 1 else want), key
+        assert torch.equal(
+            got.view(torch.uint8) if got.dtype.itemsize == 1 else got,
+            want.view(torch.uint8) if want.dtype.itemsize == 1 else want,
+        ), key
 
 
 @pytest.mark.parametrize("shared", [False, True])
@@ -152,24 +199,42 @@ def test_w4a8_calls_fp8_fp4_mega_moe_like_sglang(monkeypatch: pytest.MonkeyPatch
     (buffer_call,) = rec.named("get_symm_buffer_for_mega_moe")
     s = problem.shape
     assert buffer_call.arguments == {
-        "group": inputs.ep_group, "num_experts": s.num_experts, "num_max_tokens_per_rank": s.max_tokens_per_rank,
-        "num_topk": s.top_k, "hidden": s.hidden, "intermediate_hidden": s.intermediate,
-        "num_shared_experts": 1 if shared else 0, "mma_type": "fp8xfp4", "activation": "swiglu",
+        "group": inputs.ep_group,
+        "num_experts": s.num_experts,
+        "num_max_tokens_per_rank": s.max_tokens_per_rank,
+        "num_topk": s.top_k,
+        "hidden": s.hidden,
+        "intermediate_hidden": s.intermediate,
+        "num_shared_experts": 1 if shared else 0,
+        "mma_type": "fp8xfp4",
+        "activation": "swiglu",
     }
     (kernel,) = rec.named("fp8_fp4_mega_moe")
     a = kernel.arguments
     assert a["y"] is outputs.y and a["l1_weights"] is inputs.l1_weights and a["l2_weights"] is inputs.l2_weights
     assert a["sym_buffer"].mma_type == "fp8xfp4"
-    shared_kwargs = {"shared_l1_weights": inputs.shared_l1_weights, "shared_l2_weights": inputs.shared_l2_weights} if shared else {}
+    shared_kwargs = (
+        {"shared_l1_weights": inputs.shared_l1_weights, "shared_l2_weights": inputs.shared_l2_weights} if shared else {}
+    )
     assert {k: v for k, v in a.items() if k not in ("y", "l1_weights", "l2_weights", "sym_buffer")} == {
-        **shared_kwargs, "activation": "swiglu", "activation_clamp": 10.0, "fast_math": True, "recipe": (1, 1, 32),
+        **shared_kwargs,
+        "activation": "swiglu",
+        "activation_clamp": 10.0,
+        "fast_math": True,
+        "recipe": (1, 1, 32),
     }
     assert sms == ["enter"]  # buffer, pre-dispatch and kernel inside one SM reservation
     block_m = rec.named("get_block_m_for_mega_moe")
     if shared:
         (bm,) = block_m
-        assert bm.arguments == {"num_ranks": 1, "num_experts": s.num_experts, "num_max_tokens_per_rank": s.max_tokens_per_rank,
-                             "num_tokens": inputs.num_tokens, "num_topk": s.top_k, "mma_type": "fp8xfp4"}
+        assert bm.arguments == {
+            "num_ranks": 1,
+            "num_experts": s.num_experts,
+            "num_max_tokens_per_rank": s.max_tokens_per_rank,
+            "num_tokens": inputs.num_tokens,
+            "num_topk": s.top_k,
+            "mma_type": "fp8xfp4",
+        }
     else:
         assert block_m == []
     _assert_buffer(rec.snapshots["buffer"], _expected_buffer(problem, "fp8xfp4", 2.5, 64 if shared else 0))
@@ -200,31 +265,60 @@ def test_w4a4_host_pre_dispatch_is_deep_gemms(monkeypatch: pytest.MonkeyPatch) -
     assert x is inputs.hidden_states and (bx, bsf, bidx, bw) == (buf.x, buf.x_sf, buf.topk_idx, buf.topk_weights)
     assert ids.dtype == torch.int32 and torch.equal(ids, inputs.topk_ids.int())
     assert w.dtype == torch.float32 and torch.equal(w, inputs.topk_weights.float() * 1.5)  # the host scales first
-    assert {k: a[k] for k in ("num_tokens", "group_size", "mma_type")} == {"num_tokens": inputs.num_tokens, "group_size": 32, "mma_type": "mxf4xmxf4"}
-    assert set(a) == {"x", "topk_idx", "topk_weights", "buf_x", "buf_x_sf", "buf_topk_idx", "buf_topk_weights", "num_tokens", "group_size", "mma_type"}
+    assert {k: a[k] for k in ("num_tokens", "group_size", "mma_type")} == {
+        "num_tokens": inputs.num_tokens,
+        "group_size": 32,
+        "mma_type": "mxf4xmxf4",
+    }
+    assert set(a) == {
+        "x",
+        "topk_idx",
+        "topk_weights",
+        "buf_x",
+        "buf_x_sf",
+        "buf_topk_idx",
+        "buf_topk_weights",
+        "num_tokens",
+        "group_size",
+        "mma_type",
+    }
 
 
 @pytest.mark.parametrize("pre_dispatch", ["torch", "host"])
 def test_sm90_calls_fp8_mega_moe(monkeypatch: pytest.MonkeyPatch, pre_dispatch: str) -> None:
     rec = Recorder(monkeypatch, sm90=True)
     problem = make_problem("sm90_fp8", rsf=2.5, seed=24)
-    inputs, outputs, _ = _run(mdg.MegaSm90Fp8Plugin(API_MMA_TYPE), problem, Platform.cuda(9, 0), pre_dispatch=pre_dispatch)
+    inputs, outputs, _ = _run(
+        mdg.MegaSm90Fp8Plugin(API_MMA_TYPE), problem, Platform.cuda(9, 0), pre_dispatch=pre_dispatch
+    )
     (buffer_call,) = rec.named("get_symm_buffer_for_mega_moe")
     # SGLang passes _mega_moe_mma_type(experts) == 'fp8xfp4'; DeepGEMM routes to its SM90 buffer on sm90
     assert {k: buffer_call.arguments[k] for k in ("num_shared_experts", "mma_type", "activation")} == {
-        "num_shared_experts": 0, "mma_type": "fp8xfp4", "activation": "swiglu"}
+        "num_shared_experts": 0,
+        "mma_type": "fp8xfp4",
+        "activation": "swiglu",
+    }
     (kernel,) = rec.named("fp8_mega_moe")
     a = kernel.arguments
     assert a["y"] is outputs.y and a["l1_weights"] is inputs.l1_weights and a["l2_weights"] is inputs.l2_weights
     assert {k: v for k, v in a.items() if k not in ("y", "l1_weights", "l2_weights", "sym_buffer")} == {
-        "recipe": (128, 128, 128), "activation": "swiglu", "activation_clamp": 10.0, "fast_math": True}
+        "recipe": (128, 128, 128),
+        "activation": "swiglu",
+        "activation_clamp": 10.0,
+        "fast_math": True,
+    }
     assert rec.named("fp8_fp4_mega_moe") == []
     if pre_dispatch == "host":
         (pd,) = rec.named("mega_moe_pre_dispatch_sm90")
         a = pd.arguments
-        assert a["topk_weights"].dtype == torch.float32 and torch.equal(a["topk_weights"], inputs.topk_weights.float())  # scaled inside
+        assert a["topk_weights"].dtype == torch.float32 and torch.equal(
+            a["topk_weights"], inputs.topk_weights.float()
+        )  # scaled inside
         assert {k: a[k] for k in ("num_tokens", "group_size", "routed_scaling_factor")} == {
-            "num_tokens": inputs.num_tokens, "group_size": 128, "routed_scaling_factor": 2.5}
+            "num_tokens": inputs.num_tokens,
+            "group_size": 128,
+            "routed_scaling_factor": 2.5,
+        }
     else:
         _assert_buffer(rec.snapshots["buffer"], _expected_buffer(problem, "sm90_fp8", 2.5))
 
@@ -268,7 +362,12 @@ def test_buffers_are_cached_per_layer_shape(monkeypatch: pytest.MonkeyPatch) -> 
         plugin.options = {"pre_dispatch": "torch"}
         config = dataclasses.replace(problem.config, platform=Platform.cuda(10, 0))
         inputs = problem.inputs
-        plugin.run(inputs, mm.allocate_outputs(problem.shape, config, inputs.device, num_tokens=inputs.num_tokens), problem.shape, config)
+        plugin.run(
+            inputs,
+            mm.allocate_outputs(problem.shape, config, inputs.device, num_tokens=inputs.num_tokens),
+            problem.shape,
+            config,
+        )
     assert len(rec.named("get_symm_buffer_for_mega_moe")) == 1 and len(rec.named("fp8_fp4_mega_moe")) == 2
 
 
@@ -281,9 +380,14 @@ def test_a_release_without_shared_experts_gets_no_shared_arguments(monkeypatch: 
     _run(mdg.MegaW4A8Plugin(API_LEGACY), problem, Platform.cuda(10, 0))
     (buffer_call,) = rec.named("get_symm_buffer_for_mega_moe")
     assert {k: v for k, v in buffer_call.arguments.items() if k not in ("group",)} == {
-        "num_experts": problem.shape.num_experts, "num_max_tokens_per_rank": problem.shape.max_tokens_per_rank,
-        "num_topk": problem.shape.top_k, "hidden": problem.shape.hidden, "intermediate_hidden": problem.shape.intermediate,
-        "mma_type": "fp8xfp4", "activation": "swiglu"}
+        "num_experts": problem.shape.num_experts,
+        "num_max_tokens_per_rank": problem.shape.max_tokens_per_rank,
+        "num_topk": problem.shape.top_k,
+        "hidden": problem.shape.hidden,
+        "intermediate_hidden": problem.shape.intermediate,
+        "mma_type": "fp8xfp4",
+        "activation": "swiglu",
+    }
     (kernel,) = rec.named("fp8_fp4_mega_moe")
     assert set(kernel.arguments) == set(API_LEGACY.params("fp8_fp4_mega_moe")) - {"cumulative_local_expert_recv_stats"}
 
@@ -302,7 +406,9 @@ def test_the_launch_is_prepared_once_per_key(monkeypatch: pytest.MonkeyPatch) ->
         problem = make_problem("sm90_fp8", seed=seed, tokens=tokens)
         config = dataclasses.replace(problem.config, platform=Platform.cuda(9, 0))
         inputs = dataclasses.replace(problem.inputs, ep_group=group)
-        plugin.run(inputs, mm.allocate_outputs(problem.shape, config, inputs.device, num_tokens=tokens), problem.shape, config)
+        plugin.run(
+            inputs, mm.allocate_outputs(problem.shape, config, inputs.device, num_tokens=tokens), problem.shape, config
+        )
     assert len(prepared) == 1  # the token count is not part of the key
     assert len(rec.named("get_symm_buffer_for_mega_moe")) == 1 and len(rec.named("fp8_mega_moe")) == 3
     # run, a bound op and any caller of prepare share the one closure of the key

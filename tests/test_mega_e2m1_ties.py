@@ -85,11 +85,17 @@ def test_triton_pre_dispatch_rounds_as_the_release(version: str) -> None:
     ties = dga.api_from_source_dir(package, environ={}).e2m1_ties
     assert ties == ("toward_zero" if version in TOWARD_ZERO else "even")
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(math_file), ties], capture_output=True, text=True,
-                          env=env, timeout=600, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(math_file), ties],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=ROOT,
+    )
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert proc.returncode == 0 and line, proc.stderr[-3000:]
-    result = json.loads(line[len("RESULT "):])
+    result = json.loads(line[len("RESULT ") :])
     assert result["scales_equal"] and result["codes_equal"], result
 
 

@@ -43,19 +43,27 @@ class _Api:
         return True
 
 
-@pytest.mark.parametrize("release, keywords", [
-    ("0.5.21", {"mma_type"}),
-    ("0.5.22", {"num_shared_experts", "mma_type"}),
-    ("0.5.23", {"num_shared_experts", "mma_type", "activation"}),
-])
-def test_host_buffer_gets_only_its_release_keywords(release: str, keywords: set, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "release, keywords",
+    [
+        ("0.5.21", {"mma_type"}),
+        ("0.5.22", {"num_shared_experts", "mma_type"}),
+        ("0.5.23", {"num_shared_experts", "mma_type", "activation"}),
+    ],
+)
+def test_host_buffer_gets_only_its_release_keywords(
+    release: str, keywords: set, monkeypatch: pytest.MonkeyPatch
+) -> None:
     host_fn, seen = _stand_in(release)
     if len(keywords) < len(OFFERED):  # the stand-in is strict: passing all three fails on that release
         with pytest.raises(TypeError):
             host_fn("group", *SIZES, **OFFERED)
     context = object()
-    monkeypatch.setitem(sys.modules, host_mod._SGLANG_HOST_MODULE,
-                        SimpleNamespace(_get_mega_moe_symm_buffer=host_fn, _configure_mega_moe_deep_gemm_num_sms=context))
+    monkeypatch.setitem(
+        sys.modules,
+        host_mod._SGLANG_HOST_MODULE,
+        SimpleNamespace(_get_mega_moe_symm_buffer=host_fn, _configure_mega_moe_deep_gemm_num_sms=context),
+    )
     get_buffer, got_context = host_mod.host_helpers(_Api())
     assert got_context is context and get_buffer is not None
     assert get_buffer.keywords == keywords
@@ -85,5 +93,7 @@ def test_no_host_buffer_without_mma_type(monkeypatch: pytest.MonkeyPatch) -> Non
     def old_helper(group, num_experts, num_max_tokens_per_rank, num_topk, hidden, intermediate_hidden):  # type: ignore[no-untyped-def]
         return "buffer"
 
-    monkeypatch.setitem(sys.modules, host_mod._SGLANG_HOST_MODULE, SimpleNamespace(_get_mega_moe_symm_buffer=old_helper))
+    monkeypatch.setitem(
+        sys.modules, host_mod._SGLANG_HOST_MODULE, SimpleNamespace(_get_mega_moe_symm_buffer=old_helper)
+    )
     assert host_mod.host_helpers(_Api())[0] is None

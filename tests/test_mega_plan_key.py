@@ -25,7 +25,9 @@ from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP  # noqa: E402
 from importlib.metadata import EntryPoint  # noqa: E402
 
 pytestmark = pytest.mark.sglang
-MEGA_REFERENCE = EntryPoint("mega_reference", "sglang_moe_plugins.plugins.reference.mega_moe:MegaReferencePlugin", ENTRY_POINT_GROUP)
+MEGA_REFERENCE = EntryPoint(
+    "mega_reference", "sglang_moe_plugins.plugins.reference.mega_moe:MegaReferencePlugin", ENTRY_POINT_GROUP
+)
 
 
 class Experts:
@@ -34,8 +36,15 @@ class Experts:
     def __init__(self, problem, **flags):
         s, i = problem.shape, problem.inputs
         self.__dict__.update(
-            _mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=False, _mega_moe_sm90_fp8_weights=False,
-            num_experts=s.num_experts, moe_ep_size=1, mega_l1_weights=i.l1_weights, mega_l2_weights=i.l2_weights)
+            _mega_moe_weights_built=True,
+            _mega_moe_nvfp4=False,
+            _mega_moe_w4a4=False,
+            _mega_moe_sm90_fp8_weights=False,
+            num_experts=s.num_experts,
+            moe_ep_size=1,
+            mega_l1_weights=i.l1_weights,
+            mega_l2_weights=i.l2_weights,
+        )
         self.__dict__.update(flags)
 
 
@@ -45,7 +54,9 @@ def host(monkeypatch):
     require_mega_target()
     import sglang.srt.layers.moe.mega_moe as host_module
 
-    assert getattr(host_module.run_mega_routed_experts, "__wrapped__", None) is not None, "run_mega_routed_experts is not hooked"
+    assert getattr(host_module.run_mega_routed_experts, "__wrapped__", None) is not None, (
+        "run_mega_routed_experts is not hooked"
+    )
     monkeypatch.setattr(ma, "_ep_group", lambda: None)
     ma.reset()
     api.reload(UserConfig(), entry_points=[MEGA_REFERENCE])
@@ -56,9 +67,19 @@ def host(monkeypatch):
 
 def call(host, experts, problem, **over):
     s, c, i = problem.shape, problem.config, problem.inputs
-    kwargs = dict(hidden_size=s.hidden, intermediate_size=s.intermediate, top_k=s.top_k, num_tokens=i.num_tokens,
-                  activation_clamp=c.activation_clamp, routed_scaling_factor=c.routed_scaling_factor, activation="swiglu",
-                  num_shared_experts=0, shared_l1_weights=None, shared_l2_weights=None, routing_in_buffer=False)
+    kwargs = dict(
+        hidden_size=s.hidden,
+        intermediate_size=s.intermediate,
+        top_k=s.top_k,
+        num_tokens=i.num_tokens,
+        activation_clamp=c.activation_clamp,
+        routed_scaling_factor=c.routed_scaling_factor,
+        activation="swiglu",
+        num_shared_experts=0,
+        shared_l1_weights=None,
+        shared_l2_weights=None,
+        routing_in_buffer=False,
+    )
     kwargs.update(over)
     return host.run_mega_routed_experts(experts, i.hidden_states, i.topk_ids, i.topk_weights, **kwargs)
 

@@ -25,7 +25,9 @@ def test_triton_is_the_default_where_it_was_verified_only(monkeypatch: pytest.Mo
         plugin = cls(API_MMA_TYPE)
         assert plugin.pre_dispatch_choice(SM100) == "host"
         assert plugin.pre_dispatch_choice(Platform.cuda(10, 3)) == "host"
-        assert plugin.pre_dispatch_reason(SM100) == "host pre-dispatch (auto: triton pre-dispatch verified on sm90 only)"
+        assert (
+            plugin.pre_dispatch_reason(SM100) == "host pre-dispatch (auto: triton pre-dispatch verified on sm90 only)"
+        )
         plugin.options = {"pre_dispatch": "triton"}  # still available as an option
         assert plugin.pre_dispatch_choice(SM100) == "triton"
         assert plugin.pre_dispatch_reason(SM100).startswith("triton pre-dispatch (option pre_dispatch='triton'")
@@ -51,8 +53,24 @@ def test_explain_shows_the_pre_dispatch_and_why() -> None:
     package = _sources("0.2.3.post2")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, str(package.parent)]))
     env = {k: v for k, v in env.items() if not k.startswith("SGLANG_MOE_PLUGINS")}
-    proc = subprocess.run([sys.executable, "-m", "sglang_moe_plugins.cli", "explain", "--platform", "sm100", "--model", MODEL,
-                           "--op", "mega_moe"], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sglang_moe_plugins.cli",
+            "explain",
+            "--platform",
+            "sm100",
+            "--model",
+            MODEL,
+            "--op",
+            "mega_moe",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     chosen = [line for line in proc.stdout.splitlines() if "mega_w4a8" in line and "chosen" in line]
     assert chosen, proc.stdout

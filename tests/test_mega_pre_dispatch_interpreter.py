@@ -88,8 +88,9 @@ print("checked", checked)
 
 def test_pre_dispatch_kernel_under_interpreter() -> None:
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(_SCRIPT)], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_SCRIPT)], capture_output=True, text=True, env=env, timeout=300, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "checked 9" in proc.stdout
 
@@ -149,8 +150,14 @@ def test_prepared_launcher_equals_pre_dispatch_under_interpreter() -> None:
     """``prepare_pre_dispatch``'s launcher writes the same bytes as ``pre_dispatch`` into its buffers,
     over a sequence of token counts (including 0), and builds one plan per token count."""
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(_LAUNCHER_SCRIPT)], capture_output=True, text=True,
-                          env=env, timeout=300, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_LAUNCHER_SCRIPT)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "plans [3, 3, 3]" in proc.stdout
 

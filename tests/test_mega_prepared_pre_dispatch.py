@@ -35,7 +35,9 @@ class _Launchers:
 
         def launcher(x, topk_ids, topk_weights):  # type: ignore[no-untyped-def]
             self.calls.append((x, topk_ids, topk_weights))
-            nm.pre_dispatch_reference(x, topk_ids, topk_weights, buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights, **options)
+            nm.pre_dispatch_reference(
+                x, topk_ids, topk_weights, buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights, **options
+            )
 
         return launcher
 
@@ -53,11 +55,16 @@ def _run_repeatedly(plugin, problem, platform, times: int):  # type: ignore[no-u
     return inputs, outputs
 
 
-@pytest.mark.parametrize("variant, plugin, platform, sm90", [
-    ("fp8xfp4", mdg.MegaW4A8Plugin, Platform.cuda(10, 0), False),
-    ("sm90_fp8", mdg.MegaSm90Fp8Plugin, Platform.cuda(9, 0), True),
-])
-def test_one_launcher_per_buffer_and_host_dtypes_as_they_are(monkeypatch: pytest.MonkeyPatch, variant, plugin, platform, sm90) -> None:
+@pytest.mark.parametrize(
+    "variant, plugin, platform, sm90",
+    [
+        ("fp8xfp4", mdg.MegaW4A8Plugin, Platform.cuda(10, 0), False),
+        ("sm90_fp8", mdg.MegaSm90Fp8Plugin, Platform.cuda(9, 0), True),
+    ],
+)
+def test_one_launcher_per_buffer_and_host_dtypes_as_they_are(
+    monkeypatch: pytest.MonkeyPatch, variant, plugin, platform, sm90
+) -> None:
     rec = Recorder(monkeypatch, sm90=sm90)
     launchers = _Launchers(monkeypatch)
     problem = make_problem(variant, rsf=2.5, seed=31)

@@ -48,8 +48,15 @@ def test_mxfp4_matches_per_token_cast_to_fp4(seed: int) -> None:
 def test_e2m1_ties_as_bucketize() -> None:
     """Midpoints 0.25, 1.25, 2.5, 5 go down, 0.75, 1.75, 3.5 go up (ties to the even code)."""
     mids = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
-    values = torch.cat([mids, -mids, mids.nextafter(torch.tensor(9.0)), mids.nextafter(torch.tensor(0.0)),
-                        torch.tensor([0.0, -0.0, 6.0, 7.5, -100.0, 1e-9])])
+    values = torch.cat(
+        [
+            mids,
+            -mids,
+            mids.nextafter(torch.tensor(9.0)),
+            mids.nextafter(torch.tensor(0.0)),
+            torch.tensor([0.0, -0.0, 6.0, 7.5, -100.0, 1e-9]),
+        ]
+    )
     ours = quantize_e2m1(values)
     ref = dgm._quantize_to_fp4_e2m1(values).view(torch.uint8)
     assert torch.equal(ours, ref)
@@ -63,7 +70,9 @@ def test_fp8_per128_matches_per_token_cast_to_fp8(seed: int) -> None:
     ref_q, ref_sf = dgm.per_token_cast_to_fp8(x, use_ue8m0=False, gran_k=128)
     assert torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8))
     assert torch.equal(scale, ref_sf)
-    assert torch.equal(nm.dequantize_activations(q, scale, "sm90_fp8"), dgm.cast_back_from_fp8(ref_q, ref_sf, gran_k=128))
+    assert torch.equal(
+        nm.dequantize_activations(q, scale, "sm90_fp8"), dgm.cast_back_from_fp8(ref_q, ref_sf, gran_k=128)
+    )
 
 
 def test_absmax_floor_follows_the_kernel_not_the_torch_helper() -> None:
@@ -91,7 +100,9 @@ def test_pre_dispatch_reference_buffer_layout() -> None:
     buf_x = torch.zeros((rows, hidden), dtype=torch.float8_e4m3fn)
     buf_idx = torch.full((rows, top_k), 99, dtype=torch.int64)
     buf_w = torch.full((rows, top_k), 9.0)
-    nm.pre_dispatch_reference(x, ids, weights, buf_x, buf_x_sf, buf_idx, buf_w, variant="fp8xfp4", routed_scaling_factor=2.5)
+    nm.pre_dispatch_reference(
+        x, ids, weights, buf_x, buf_x_sf, buf_idx, buf_w, variant="fp8xfp4", routed_scaling_factor=2.5
+    )
     q, exponent = nm.quantize_activations(x, "fp8xfp4")
     assert torch.equal(buf_x[:tokens].view(torch.uint8), q.view(torch.uint8))
     assert torch.equal(unpack_ue8m0_bytes(buf_x_sf[:tokens], hidden // 32), exponent)
@@ -105,12 +116,17 @@ def test_shared_sf_rows_follow_the_jit_kernel_formula() -> None:
     tokens = torch.arange(200)
     rows = nm.shared_sf_row(tokens, block_m)
     # mega_moe_pre_dispatch.cuh: token / bm * align(bm, 128) + m / 128 * 128 + m % 32 * 4 + m % 128 / 32
-    expected = [t // block_m * 128 + (t % block_m) // 128 * 128 + (t % block_m) % 32 * 4 + (t % block_m) % 128 // 32 for t in range(200)]
+    expected = [
+        t // block_m * 128 + (t % block_m) // 128 * 128 + (t % block_m) % 32 * 4 + (t % block_m) % 128 // 32
+        for t in range(200)
+    ]
     assert rows.tolist() == expected
     assert len(set(rows.tolist())) == 200
 
 
-@pytest.mark.parametrize("mode,ref", [("gran8", "_interleave_weights"), ("gran16_packed", "_interleave_weights_packed_fp4")])
+@pytest.mark.parametrize(
+    "mode,ref", [("gran8", "_interleave_weights"), ("gran16_packed", "_interleave_weights_packed_fp4")]
+)
 def test_interleave_matches_deep_gemm(mode: str, ref: str) -> None:
     t = torch.randint(-128, 127, (3, 256, 40), dtype=torch.int8)
     out = nm.interleave_gate_up(t, mode)
@@ -139,9 +155,11 @@ def test_fp4_weights_round_trip_and_match_deep_gemm(mode) -> None:
     # scales: MN-major, TMA-aligned, four UE8M0 bytes per int32 along K, as transform_sf_into_required_layout
     assert sf.dtype == torch.int32 and sf.shape == (2, 256, 512 // 128) and sf.stride() == (4 * 256, 1, 256)
     if mode is not None:
-        l1, _ = dg_mega.transform_weights_for_mega_moe((ref_data, nm.pack_ue8m0_mn_major(nm.ue8m0_exponent(torch.stack(ref_sf)))),
-                                                       (ref_data, nm.pack_ue8m0_mn_major(nm.ue8m0_exponent(torch.stack(ref_sf)))),
-                                                       mma_type="mxf4xmxf4" if mode == "gran16_packed" else "fp8xfp4")
+        l1, _ = dg_mega.transform_weights_for_mega_moe(
+            (ref_data, nm.pack_ue8m0_mn_major(nm.ue8m0_exponent(torch.stack(ref_sf)))),
+            (ref_data, nm.pack_ue8m0_mn_major(nm.ue8m0_exponent(torch.stack(ref_sf)))),
+            mma_type="mxf4xmxf4" if mode == "gran16_packed" else "fp8xfp4",
+        )
         assert torch.equal(l1[0].view(torch.uint8), data.view(torch.uint8))
         assert torch.equal(l1[1], sf)
 

@@ -54,13 +54,23 @@ def _aligned_terms_np(acc: np.ndarray, w: np.ndarray, a: np.ndarray, fraction_bi
     terms = np.concatenate([acc[:, None], w * a[None, :]], axis=1)
     top = np.abs(terms).max(axis=1)
     lead = np.where(top > 0, np.floor(np.log2(np.where(top > 0, top, 1.0))), 0.0)
-    lead = lead - (np.ldexp(1.0, lead.astype(np.int64)) > top) + (np.ldexp(1.0, lead.astype(np.int64) + 1) <= top)  # log2 rounding
+    lead = (
+        lead - (np.ldexp(1.0, lead.astype(np.int64)) > top) + (np.ldexp(1.0, lead.astype(np.int64) + 1) <= top)
+    )  # log2 rounding
     ulp = np.ldexp(1.0, (lead - fraction_bits).astype(np.int64))[:, None]
     return (np.trunc(terms / ulp) * ulp).sum(axis=1)
 
 
-def _kernel_gemm_np(aq: np.ndarray, a_s: np.ndarray, wq: np.ndarray, w_s: np.ndarray, block: int, mode: str, ratio: bool,
-                    terms: bool = True) -> np.ndarray:
+def _kernel_gemm_np(
+    aq: np.ndarray,
+    a_s: np.ndarray,
+    wq: np.ndarray,
+    w_s: np.ndarray,
+    block: int,
+    mode: str,
+    ratio: bool,
+    terms: bool = True,
+) -> np.ndarray:
     """One token through an SM90 MegaMoE GEMM as the kernel accumulates it (numpy, written apart
     from the package's torch version): ``aq [K]`` FP8 values, ``a_s [K/block]``, ``wq [N, K]``,
     ``w_s [N, K/block]``; every 32-K WGMMA step keeps 13 fraction bits: ``terms`` (the default
@@ -196,7 +206,9 @@ def independent_fp64(p: Problem, sm90_model: bool = True, terms: bool = True) ->
             if e < 0:
                 continue
             w = float(np.float32(weights[t, k].item()) * rsf)
-            out[t] += _sm90_expert_model(t, e, w, p, mode, terms) if sm90 else _expert_fp64(xq[t], p.w1[e], p.w2[e], w, p)
+            out[t] += (
+                _sm90_expert_model(t, e, w, p, mode, terms) if sm90 else _expert_fp64(xq[t], p.w1[e], p.w2[e], w, p)
+            )
         if p.s1 is not None:
             out[t] += _expert_fp64(xq[t], p.s1, p.s2, 1.0, p)
     return out.to(torch.bfloat16).double()
@@ -242,7 +254,9 @@ def test_reference_matches_independent_fp64(variant: str, clamp, rsf: float, sha
 def test_sm90_exact_sums_match_independent_fp64(tokens: int, top_k: int, experts: int) -> None:
     """The SM90 pipeline without the accumulator model (exact sums) against fp64 without it."""
     seed = int(torch.randint(0, 1 << 20, ()).item())
-    p = make_problem("sm90_fp8", clamp=10.0, rsf=2.5, seed=seed, tokens=tokens, top_k=top_k, experts=experts, max_tokens_per_rank=128)
+    p = make_problem(
+        "sm90_fp8", clamp=10.0, rsf=2.5, seed=seed, tokens=tokens, top_k=top_k, experts=experts, max_tokens_per_rank=128
+    )
     y = _run_reference(p, SM90_EXACT).double()
     ref = independent_fp64(p, sm90_model=False)
     rel = ((y - ref).norm() / ref.norm()).item()
@@ -261,7 +275,9 @@ def test_sm90_model_matches_independent_numpy(tokens: int) -> None:
     exact = independent_fp64(p, sm90_model=False)
     assert not torch.equal(ref, exact)  # the model is active
     summed = independent_fp64(p, terms=False)
-    assert ((summed - ref).norm() / ref.norm()).item() > ((y - ref).norm() / ref.norm()).item()  # terms, not the step sum
+    assert ((summed - ref).norm() / ref.norm()).item() > (
+        (y - ref).norm() / ref.norm()
+    ).item()  # terms, not the step sum
 
 
 def test_sm90_sum_alignment_matches_independent_numpy() -> None:

@@ -60,9 +60,13 @@ def _scalar_gemm_entry(a, sa, b, sb, i, j, block_k, numerics, ratio) -> float:
         for step in range(block_k // numerics.mma_k):
             lo = blk * block_k + step * numerics.mma_k
             if numerics.alignment == "terms":
-                acc = _aligned_terms_scalar([acc] + [a[i][t] * b[j][t] for t in range(lo, lo + numerics.mma_k)], numerics.fraction_bits)
+                acc = _aligned_terms_scalar(
+                    [acc] + [a[i][t] * b[j][t] for t in range(lo, lo + numerics.mma_k)], numerics.fraction_bits
+                )
             else:
-                acc = _trunc_scalar(acc + math.fsum(a[i][t] * b[j][t] for t in range(lo, lo + numerics.mma_k)), numerics.fraction_bits)
+                acc = _trunc_scalar(
+                    acc + math.fsum(a[i][t] * b[j][t] for t in range(lo, lo + numerics.mma_k)), numerics.fraction_bits
+                )
         if numerics.accumulation == "promote":
             out = _f32(out + _f32(s * _f32(acc)))
         elif ratio:
@@ -140,8 +144,12 @@ def test_block_m_heuristic() -> None:
     assert sm90_block_m(128, 1, 4, 16) == 64 and sm90_block_m(64, 1, 8, 32) == 64 and sm90_block_m(32, 1, 2, 8) == 64
     assert sm90_block_m(256, 2, 8, 32) == 128 and sm90_block_m(64, 2, 4, 16) == 64  # the EP=2 runs
     # the default model is exactly the residue study's terms13 column, for both BLOCK_M
-    assert sm90_numerics_for(512, 1, 8, 32) == Sm90Numerics("reuse", fraction_bits=13, mma_k=32, l2_act_group=64, alignment="terms")
-    assert sm90_numerics_for(1, 1, 8, 32) == Sm90Numerics("promote", fraction_bits=13, mma_k=32, l2_act_group=64, alignment="terms")
+    assert sm90_numerics_for(512, 1, 8, 32) == Sm90Numerics(
+        "reuse", fraction_bits=13, mma_k=32, l2_act_group=64, alignment="terms"
+    )
+    assert sm90_numerics_for(1, 1, 8, 32) == Sm90Numerics(
+        "promote", fraction_bits=13, mma_k=32, l2_act_group=64, alignment="terms"
+    )
 
 
 def test_l2_activations_are_quantized_per_64() -> None:
@@ -163,8 +171,14 @@ def nm_l2(act):
 @pytest.mark.parametrize("tokens,top_k,experts", [(10, 3, 4), (96, 3, 4)])
 def test_reference_numerics_close_to_exact(tokens: int, top_k: int, experts: int) -> None:
     """The default (heuristic-chosen) emulation stays within the kernel bound of the exact GEMMs."""
-    p = make_problem("sm90_fp8", tokens=tokens, top_k=top_k, experts=experts, seed=int(torch.randint(0, 1 << 20, ()).item()),
-                     max_tokens_per_rank=128)
+    p = make_problem(
+        "sm90_fp8",
+        tokens=tokens,
+        top_k=top_k,
+        experts=experts,
+        seed=int(torch.randint(0, 1 << 20, ()).item()),
+        max_tokens_per_rank=128,
+    )
     chosen = sm90_numerics_for(tokens, 1, top_k, experts)
     assert chosen.accumulation == ("reuse" if tokens * top_k / experts >= 64 else "promote")
     summed = Sm90Numerics(chosen.accumulation)  # the previous default (step sum truncated)

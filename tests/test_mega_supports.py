@@ -20,7 +20,12 @@ PLUGINS = ("mega_w4a4", "mega_w4a8", "mega_sm90_fp8", "mega_reference")
 
 
 def _selector(pre_dispatch: str = "auto") -> Selector:
-    plugins = [MegaW4A8Plugin(API_MMA_TYPE), MegaW4A4Plugin(API_MMA_TYPE), MegaSm90Fp8Plugin(API_MMA_TYPE), MegaReferencePlugin()]
+    plugins = [
+        MegaW4A8Plugin(API_MMA_TYPE),
+        MegaW4A4Plugin(API_MMA_TYPE),
+        MegaSm90Fp8Plugin(API_MMA_TYPE),
+        MegaReferencePlugin(),
+    ]
     registry = Registry.from_plugins(plugins)
     for record in registry.records(mm.OP):
         if "pre_dispatch" in getattr(record.plugin, "options", {}):
@@ -102,13 +107,17 @@ def test_each_shape_rule_has_its_own_reason() -> None:
     for p in (w4a8, w4a4, sm90):
         p.options = {"pre_dispatch": "torch"}
     assert "hidden_size=4352 is not a multiple of 512" in _check(w4a8, dataclasses.replace(shape, hidden=4352), config)
-    assert "moe_intermediate_size=2112 is not a multiple of 128" in _check(w4a8, dataclasses.replace(shape, intermediate=2112), config)
+    assert "moe_intermediate_size=2112 is not a multiple of 128" in _check(
+        w4a8, dataclasses.replace(shape, intermediate=2112), config
+    )
     assert w4a8.supports(dataclasses.replace(shape, intermediate=2304), config)  # V4.1-Flash: % 128 suffices
     assert "top_k=33 > 32" in _check(w4a8, dataclasses.replace(shape, top_k=33), config)
     w4a4_config = dataclasses.replace(config, variant="mxf4xmxf4")
     w4a4_shape = dataclasses.replace(shape, num_shared_experts=0)
     assert w4a4.supports(w4a4_shape, w4a4_config)
-    assert "moe_intermediate_size=2304 is not a multiple of 512" in _check(w4a4, dataclasses.replace(w4a4_shape, intermediate=2304), w4a4_config)
+    assert "moe_intermediate_size=2304 is not a multiple of 512" in _check(
+        w4a4, dataclasses.replace(w4a4_shape, intermediate=2304), w4a4_config
+    )
     assert "shared experts take FP8 weights with fp8xfp4 only" in _check(w4a4, shape, w4a4_config)
     sm90_config = dataclasses.replace(config, platform=SM90, variant="sm90_fp8", weight_format="fp8_e4m3_block128")
     assert sm90.supports(w4a4_shape, sm90_config)
@@ -139,7 +148,10 @@ def test_api_reasons() -> None:
     reason = _check(_plugin(MegaW4A4Plugin, API_LEGACY), *w4a4_key)
     assert "DG_USE_FP4_ACTS" in reason and "never sets" in reason and "mma_type='mxf4xmxf4'" in reason
     # ... and SM90 runs there, with DeepGEMM's own pre-dispatch too
-    sm90_key = (no_shared, dataclasses.replace(config, platform=SM90, variant="sm90_fp8", weight_format="fp8_e4m3_block128"))
+    sm90_key = (
+        no_shared,
+        dataclasses.replace(config, platform=SM90, variant="sm90_fp8", weight_format="fp8_e4m3_block128"),
+    )
     assert _plugin(MegaSm90Fp8Plugin, API_LEGACY, "host").supports(*sm90_key)
     # a DG_USE_* variable set in the environment
     refused = dataclasses.replace(API_MMA_TYPE, legacy_env=("DG_USE_FP4_ACTS",))
@@ -155,8 +167,10 @@ def test_variants_table_keeps_names_priorities_and_entry_points() -> None:
     from sglang_moe_plugins.plugins.deep_gemm import plugin as mdg
 
     assert [(v.name, v.priority, v.variant, v.kernel) for v in mdg.VARIANTS] == [
-        ("mega_w4a8", 100, "fp8xfp4", "fp8_fp4_mega_moe"), ("mega_w4a4", 110, "mxf4xmxf4", "fp8_fp4_mega_moe"),
-        ("mega_sm90_fp8", 100, "sm90_fp8", "fp8_mega_moe")]
+        ("mega_w4a8", 100, "fp8xfp4", "fp8_fp4_mega_moe"),
+        ("mega_w4a4", 110, "mxf4xmxf4", "fp8_fp4_mega_moe"),
+        ("mega_sm90_fp8", 100, "sm90_fp8", "fp8_mega_moe"),
+    ]
     for cls, v in ((MegaW4A8Plugin, mdg.W4A8), (MegaW4A4Plugin, mdg.W4A4), (MegaSm90Fp8Plugin, mdg.SM90_FP8)):
         assert (cls.name, cls.priority, cls.variant) == (v.name, v.priority, v)
     points = {ep.name: ep.value for ep in metadata.entry_points(group="sglang_moe_plugins.kernels")}
@@ -170,7 +184,9 @@ def test_pre_dispatch_option_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
     w4a4 = MegaW4A4Plugin(API_MMA_TYPE)
     w4a4.options = {"pre_dispatch": "fast"}
     assert "pre_dispatch='fast' is not one of" in _check(w4a4, shape, config)
-    no_host = dataclasses.replace(API_MMA_TYPE, signatures=tuple(x for x in API_MMA_TYPE.signatures if x[0] != "mega_moe_pre_dispatch"))
+    no_host = dataclasses.replace(
+        API_MMA_TYPE, signatures=tuple(x for x in API_MMA_TYPE.signatures if x[0] != "mega_moe_pre_dispatch")
+    )
     assert "needs deep_gemm.mega_moe_pre_dispatch" in _check(_plugin(MegaW4A4Plugin, no_host, "host"), shape, config)
     w4a4.options = {"pre_dispatch": "host"}
     import sglang_moe_plugins.plugins.deep_gemm.plugin as mdg

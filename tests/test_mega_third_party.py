@@ -45,7 +45,7 @@ PLUGIN = textwrap.dedent(
 )
 
 DRIVER = textwrap.dedent(
-    '''
+    """
     import importlib.abc, json, sys
 
     class NoDeepGemm(importlib.abc.MetaPathFinder):
@@ -80,7 +80,7 @@ DRIVER = textwrap.dedent(
         "deep_gemm_loaded": any(m == "deep_gemm" or m.startswith("deep_gemm.") for m in sys.modules),
         "passed_variants": ran,
     }))
-    '''
+    """
 )
 
 
@@ -88,7 +88,9 @@ def test_a_pure_torch_mega_plugin_needs_no_deep_gemm(tmp_path: pathlib.Path) -> 
     (tmp_path / "third_party_mega.py").write_text(PLUGIN)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
     env["PYTHONPATH"] = str(REPO)
-    proc = subprocess.run([sys.executable, "-c", DRIVER, str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(tmp_path)], capture_output=True, text=True, env=env, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["chosen"] == "third_party_torch_mega" and result["error"] is None

@@ -20,13 +20,27 @@ def wheel(tmp_path_factory) -> Path:
     pytest.importorskip("build", reason="the test extra's `build` is not installed")
     pytest.importorskip("setuptools", reason="setuptools (>=77, pyproject's build backend) is not installed")
     src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "README.md", "README.pypi.md", "LICENSE", "MANIFEST.in", "CHANGELOG.md", "CONTRIBUTING.md"):
+    for name in (
+        "pyproject.toml",
+        "README.md",
+        "README.pypi.md",
+        "LICENSE",
+        "MANIFEST.in",
+        "CHANGELOG.md",
+        "CONTRIBUTING.md",
+    ):
         shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "sglang_moe_plugins", src / "sglang_moe_plugins", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "sglang_moe_plugins", src / "sglang_moe_plugins", ignore=shutil.ignore_patterns("__pycache__")
+    )
     out = tmp_path_factory.mktemp("dist")
     # --no-isolation: the backend comes from this environment (no download), as in CI.
-    result = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "-o", str(out), str(src)],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "-o", str(out), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     (path,) = out.glob("*.whl")
     return path
@@ -79,4 +93,5 @@ def test_index_page_is_generated_from_the_readme():
     from readme_for_index import render
 
     assert (ROOT / "README.pypi.md").read_text() == render((ROOT / "README.md").read_text()), (
-        "README.pypi.md is stale: run `python tests/readme_for_index.py`")
+        "README.pypi.md is stale: run `python tests/readme_for_index.py`"
+    )

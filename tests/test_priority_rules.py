@@ -39,19 +39,37 @@ def shape(e=4, n=8, d=256, group=128, topk=2):
 
 
 # -- parsing ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("data, message", [
-    ({"priority_rules": {"op": smq.OP}}, "priority_rules in moe.toml must be an array of tables"),
-    ({"priority_rules": ["x"]}, "priority_rules[0] in moe.toml must be a table"),
-    ({"priority_rules": [rule(), {**rule(), "wen": {}}]}, "unknown key 'wen' in priority_rules[1] in moe.toml; valid keys: op, when, priority"),
-    ({"priority_rules": [{"priority": {"low": 1}}]}, "priority_rules[0] in moe.toml: 'op' must name an op"),
-    ({"priority_rules": [rule(when={"hidden": 8192})]}, "priority_rules[0] in moe.toml: bound 'hidden' must be <field>_min or <field>_max"),
-    ({"priority_rules": [rule(when={"hidden_min": "8k"})]}, "priority_rules[0] in moe.toml: bound hidden_min must be an integer, got '8k'"),
-    ({"priority_rules": [rule(when={"hidden_min": 1.5})]}, "bound hidden_min must be an integer, got 1.5"),
-    ({"priority_rules": [rule(when={"hidden_min": True})]}, "bound hidden_min must be an integer, got True"),
-    ({"priority_rules": [rule(when={"hidden_min": 9, "hidden_max": 8})]}, "priority_rules[0] in moe.toml: hidden_min = 9 is above hidden_max = 8"),
-    ({"priority_rules": [{"op": smq.OP}]}, "priority_rules[0] in moe.toml: 'priority' must be a non-empty table"),
-    ({"priority_rules": [rule(low="high")]}, "priority_rules[0] in moe.toml: priority.low must be an integer, got 'high'"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"priority_rules": {"op": smq.OP}}, "priority_rules in moe.toml must be an array of tables"),
+        ({"priority_rules": ["x"]}, "priority_rules[0] in moe.toml must be a table"),
+        (
+            {"priority_rules": [rule(), {**rule(), "wen": {}}]},
+            "unknown key 'wen' in priority_rules[1] in moe.toml; valid keys: op, when, priority",
+        ),
+        ({"priority_rules": [{"priority": {"low": 1}}]}, "priority_rules[0] in moe.toml: 'op' must name an op"),
+        (
+            {"priority_rules": [rule(when={"hidden": 8192})]},
+            "priority_rules[0] in moe.toml: bound 'hidden' must be <field>_min or <field>_max",
+        ),
+        (
+            {"priority_rules": [rule(when={"hidden_min": "8k"})]},
+            "priority_rules[0] in moe.toml: bound hidden_min must be an integer, got '8k'",
+        ),
+        ({"priority_rules": [rule(when={"hidden_min": 1.5})]}, "bound hidden_min must be an integer, got 1.5"),
+        ({"priority_rules": [rule(when={"hidden_min": True})]}, "bound hidden_min must be an integer, got True"),
+        (
+            {"priority_rules": [rule(when={"hidden_min": 9, "hidden_max": 8})]},
+            "priority_rules[0] in moe.toml: hidden_min = 9 is above hidden_max = 8",
+        ),
+        ({"priority_rules": [{"op": smq.OP}]}, "priority_rules[0] in moe.toml: 'priority' must be a non-empty table"),
+        (
+            {"priority_rules": [rule(low="high")]},
+            "priority_rules[0] in moe.toml: priority.low must be an integer, got 'high'",
+        ),
+    ],
+)
 def test_form_errors_name_the_entry(data, message):
     with pytest.raises(ConfigError) as info:
         parse_config(data, source=SRC)
@@ -63,14 +81,26 @@ def registry(config, *plugins):
     return Registry.from_plugins(plugins, config)
 
 
-@pytest.mark.parametrize("entry, message", [
-    (rule(op="silu_mul"), "unknown op 'silu_mul' in priority_rules[0] in moe.toml; valid ops: mega_moe, silu_mul_quant"),
-    (rule(when={"hiden_min": 1}), "unknown shape field 'hiden' in priority_rules[0] in moe.toml.when (op 'silu_mul_quant', "
-                                  "SiluMulQuantShape); valid bounds: num_experts_min, num_experts_max, max_rows_min"),
-    (rule(lwo=5), "unknown plugin 'lwo' in priority_rules[0] in moe.toml.priority; valid plugins: high, low"),
-    (rule(op="mega_moe", low=5), "priority_rules[0] in moe.toml.priority names plugin 'low', which implements op "
-                                 "'silu_mul_quant', not 'mega_moe'; plugins of 'mega_moe': (none registered)"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        (
+            rule(op="silu_mul"),
+            "unknown op 'silu_mul' in priority_rules[0] in moe.toml; valid ops: mega_moe, silu_mul_quant",
+        ),
+        (
+            rule(when={"hiden_min": 1}),
+            "unknown shape field 'hiden' in priority_rules[0] in moe.toml.when (op 'silu_mul_quant', "
+            "SiluMulQuantShape); valid bounds: num_experts_min, num_experts_max, max_rows_min",
+        ),
+        (rule(lwo=5), "unknown plugin 'lwo' in priority_rules[0] in moe.toml.priority; valid plugins: high, low"),
+        (
+            rule(op="mega_moe", low=5),
+            "priority_rules[0] in moe.toml.priority names plugin 'low', which implements op "
+            "'silu_mul_quant', not 'mega_moe'; plugins of 'mega_moe': (none registered)",
+        ),
+    ],
+)
 def test_name_errors_name_the_entry_and_list_valid_values(entry, message):
     with pytest.raises(ConfigError) as info:
         registry(rules(entry))
@@ -78,7 +108,9 @@ def test_name_errors_name_the_entry_and_list_valid_values(entry, message):
 
 
 def test_mega_moe_fields_are_valid_bounds():
-    spec = parse_config({"priority_rules": [{"op": "mega_moe", "when": {"ep_size_min": 8, "top_k_max": 9}, "priority": {"x": 1}}]})
+    spec = parse_config(
+        {"priority_rules": [{"op": "mega_moe", "when": {"ep_size_min": 8, "top_k_max": 9}, "priority": {"x": 1}}]}
+    )
     with pytest.raises(ConfigError, match="unknown plugin 'x'"):  # the fields passed; the plugin is checked next
         registry(spec)
 
@@ -108,7 +140,9 @@ def test_rule_reorders_only_matching_keys_and_explains_it(make_selector):
     assert low.reason == "low accepts; priority 200 from priority_rules[0] (hidden >= 8193) instead of 10"
     high = big.candidate("high")
     assert high.verdict == Verdict.OUTRANKED and "'low' (priority 200) comes first" in high.reason
-    assert "low (priority 200) chosen: low accepts; priority 200 from priority_rules[0] (hidden >= 8193)" in big.explain()
+    assert (
+        "low (priority 200) chosen: low accepts; priority 200 from priority_rules[0] (hidden >= 8193)" in big.explain()
+    )
     small = selector.select(smq.OP, shape(d=8192), random_call()[2])
     assert small.chosen.name == "high" and small.candidate("low").priority == 10
     assert "priority_rules" not in small.explain()
@@ -131,10 +165,14 @@ def test_first_matching_rule_naming_a_plugin_wins(make_selector):
 def test_force_wins_over_rules_and_disabled_stays_disabled(make_selector):
     cfg = random_call()[2]
     forced = rules(rule(low=500), force={smq.OP: "high"})
-    sel = make_selector(RecordingPlugin("low", 10), RecordingPlugin("high", 20), config=forced).select(smq.OP, shape(), cfg)
+    sel = make_selector(RecordingPlugin("low", 10), RecordingPlugin("high", 20), config=forced).select(
+        smq.OP, shape(), cfg
+    )
     assert sel.chosen.name == "high" and sel.candidate("low").verdict == Verdict.NOT_FORCED
     disabled = rules(rule(low=500), disable=["low"])
-    sel = make_selector(RecordingPlugin("low", 10), RecordingPlugin("high", 20), config=disabled).select(smq.OP, shape(), cfg)
+    sel = make_selector(RecordingPlugin("low", 10), RecordingPlugin("high", 20), config=disabled).select(
+        smq.OP, shape(), cfg
+    )
     assert sel.chosen.name == "high" and sel.candidate("low").verdict == Verdict.DISABLED
     assert "priority_rules[0]" in sel.candidate("low").reason
 
@@ -159,8 +197,14 @@ def test_rules_are_decided_once_per_key(make_selector):
 # -- the configuration value ----------------------------------------------------------------------------
 def test_user_config_with_rules_is_frozen_and_hashable_by_value():
     a = rules(rule(when={"hidden_min": 8193, "max_rows_max": 10}, low=200, high=3))
-    b = parse_config({"priority_rules": [{"priority": {"high": 3, "low": 200}, "when": {"max_rows_max": 10, "hidden_min": 8193},
-                                          "op": smq.OP}]}, source=SRC)
+    b = parse_config(
+        {
+            "priority_rules": [
+                {"priority": {"high": 3, "low": 200}, "when": {"max_rows_max": 10, "hidden_min": 8193}, "op": smq.OP}
+            ]
+        },
+        source=SRC,
+    )
     assert a == b and hash(a) == hash(b) and len({a, b}) == 1
     c = rules(rule(when={"hidden_min": 8194}, low=200, high=3))
     assert a != c
@@ -171,9 +215,13 @@ def test_user_config_with_rules_is_frozen_and_hashable_by_value():
 
 def test_load_config_keeps_rules_from_the_file(tmp_path):
     path = tmp_path / "moe.toml"
-    path.write_text('[[priority_rules]]\nop = "silu_mul_quant"\nwhen = { hidden_min = 8193 }\npriority = { reference = 200 }\n')
+    path.write_text(
+        '[[priority_rules]]\nop = "silu_mul_quant"\nwhen = { hidden_min = 8193 }\npriority = { reference = 200 }\n'
+    )
     config = load_config({"SGLANG_MOE_PLUGINS_CONFIG": str(path), "SGLANG_MOE_PLUGINS_DISABLE": "triton"})
-    assert [r.describe() for r in config.priority_rules] == ["priority_rules[0]: silu_mul_quant where hidden >= 8193: reference = 200"]
+    assert [r.describe() for r in config.priority_rules] == [
+        "priority_rules[0]: silu_mul_quant where hidden >= 8193: reference = 200"
+    ]
     assert "triton" in config.disable
     assert UserConfig().priority_rules == ()
 
@@ -192,9 +240,15 @@ def test_hooked_call_takes_the_rules_plugin():
     from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP
 
     runner = loaded_sglang()
-    eps = [EntryPoint("reference", "sglang_moe_plugins.plugins.reference.silu_mul_quant:ReferencePlugin", ENTRY_POINT_GROUP),
-           EntryPoint("policy_prepared", "policy_plugins:PreparedReference", ENTRY_POINT_GROUP)]
-    config = parse_config({"priority_rules": [{"op": smq.OP, "when": {"hidden_min": 512}, "priority": {"reference": 1000}}]})
+    eps = [
+        EntryPoint(
+            "reference", "sglang_moe_plugins.plugins.reference.silu_mul_quant:ReferencePlugin", ENTRY_POINT_GROUP
+        ),
+        EntryPoint("policy_prepared", "policy_plugins:PreparedReference", ENTRY_POINT_GROUP),
+    ]
+    config = parse_config(
+        {"priority_rules": [{"op": smq.OP, "when": {"hidden_min": 512}, "priority": {"reference": 1000}}]}
+    )
     try:
         api.reload(config, entry_points=eps)
         selector = api.get_selector()
@@ -209,7 +263,9 @@ def test_hooked_call_takes_the_rules_plugin():
             assert sel.chosen.name == want, sel.explain()
             assert prepared.launches == launches
             if d == 512:
-                assert sel.candidate("reference").reason.endswith("priority 1000 from priority_rules[0] (hidden >= 512) instead of 0")
+                assert sel.candidate("reference").reason.endswith(
+                    "priority 1000 from priority_rules[0] (hidden >= 512) instead of 0"
+                )
                 assert sel.candidate("policy_prepared").verdict == Verdict.OUTRANKED
         assert selector.failed_plugins() == {}
     finally:
@@ -221,8 +277,10 @@ def test_list_doctor_explain_show_the_rules(tmp_path):
     from test_cli import cli
 
     path = tmp_path / "moe.toml"
-    path.write_text('[[priority_rules]]\nop = "silu_mul_quant"\nwhen = { hidden_min = 512, num_experts_max = 512 }\n'
-                    'priority = { reference = 1000 }\n')
+    path.write_text(
+        '[[priority_rules]]\nop = "silu_mul_quant"\nwhen = { hidden_min = 512, num_experts_max = 512 }\n'
+        "priority = { reference = 1000 }\n"
+    )
     # This checkout's package, also when the console script was installed from another checkout.
     root = str(Path(__file__).resolve().parents[1])
     env = {"SGLANG_MOE_PLUGINS_CONFIG": str(path), "PYTHONPATH": root}
@@ -233,15 +291,23 @@ def test_list_doctor_explain_show_the_rules(tmp_path):
     assert json.loads(cli("list", "--json", **env).stdout)["priority_rules"] == [want]
     doctor = cli("doctor", "--no-self-check", "--no-hooks", **env)
     assert f"  rule: {want}" in doctor.stdout, doctor.stdout + doctor.stderr
-    data = json.loads(cli("explain", "--experts", "512", "--hidden", "512", "--topk", "10", "--platform", "cpu", "--json", **env).stdout)
+    data = json.loads(
+        cli(
+            "explain", "--experts", "512", "--hidden", "512", "--topk", "10", "--platform", "cpu", "--json", **env
+        ).stdout
+    )
     call = data["calls"][0]
     assert call["chosen"] == "reference" and data["priority_rules"] == [want]
     ref = next(c for c in call["candidates"] if c["name"] == "reference")
-    assert ref["priority"] == 1000 and ref["reason"].endswith("priority 1000 from priority_rules[0] (hidden >= 512, num_experts <= 512) instead of 0")
+    assert ref["priority"] == 1000 and ref["reason"].endswith(
+        "priority 1000 from priority_rules[0] (hidden >= 512, num_experts <= 512) instead of 0"
+    )
     text = cli("explain", "--experts", "512", "--hidden", "512", "--topk", "10", "--platform", "cpu", **env).stdout
     assert f"priority rule: {want}" in text and "from priority_rules[0]" in text
     bad = tmp_path / "bad.toml"
-    bad.write_text('[[priority_rules]]\nop = "silu_mul_quant"\nwhen = { rows_max = 768 }\npriority = { jit_ep = 300 }\n')
+    bad.write_text(
+        '[[priority_rules]]\nop = "silu_mul_quant"\nwhen = { rows_max = 768 }\npriority = { jit_ep = 300 }\n'
+    )
     result = cli("list", SGLANG_MOE_PLUGINS_CONFIG=str(bad), PYTHONPATH=root)
     assert result.returncode == 2 and "unknown shape field 'rows' in priority_rules[0] in" in result.stderr
     assert "valid bounds: num_experts_min, num_experts_max, max_rows_min, max_rows_max" in result.stderr
@@ -263,9 +329,18 @@ def test_bench_writes_a_rule_for_a_call_whose_fastest_plugin_is_not_first(monkey
     for name in list(__import__("os").environ):
         if name.startswith("SGLANG_MOE_PLUGINS"):
             monkeypatch.delenv(name)
-    eps = [EntryPoint("reference", "sglang_moe_plugins.plugins.reference.silu_mul_quant:ReferencePlugin", ENTRY_POINT_GROUP),
-           EntryPoint("policy_prepared", "policy_plugins:PreparedReference", ENTRY_POINT_GROUP)]
-    times = {("policy_prepared", 4): 10.0, ("reference", 4): 20.0, ("policy_prepared", 300): 30.0, ("reference", 300): 20.0}
+    eps = [
+        EntryPoint(
+            "reference", "sglang_moe_plugins.plugins.reference.silu_mul_quant:ReferencePlugin", ENTRY_POINT_GROUP
+        ),
+        EntryPoint("policy_prepared", "policy_plugins:PreparedReference", ENTRY_POINT_GROUP),
+    ]
+    times = {
+        ("policy_prepared", 4): 10.0,
+        ("reference", 4): 20.0,
+        ("policy_prepared", 300): 30.0,
+        ("reference", 300): 20.0,
+    }
 
     class Timer:
         current = None
@@ -289,8 +364,22 @@ def test_bench_writes_a_rule_for_a_call_whose_fastest_plugin_is_not_first(monkey
     path = tmp_path / "priorities.toml"
     try:
         api.reload(UserConfig(), entry_points=eps)
-        args = build_parser().parse_args(["bench", "--experts", "4", "--hidden", "256", "--topk", "2", "--rows", "4,300",
-                                          "--write-config", str(path), "--quiet"])
+        args = build_parser().parse_args(
+            [
+                "bench",
+                "--experts",
+                "4",
+                "--hidden",
+                "256",
+                "--topk",
+                "2",
+                "--rows",
+                "4,300",
+                "--write-config",
+                str(path),
+                "--quiet",
+            ]
+        )
         assert run_bench(args, timer, torch.device("cpu")) == 0
         out = capsys.readouterr().out
         text = path.read_text()

@@ -42,8 +42,14 @@ def test_loading_the_plugin_imports_nothing_heavy():
 
 def test_pytest_plugin_is_registered_and_loaded_in_the_timed_run():
     # The timing below only means something if the timed run really loads the plugin.
-    result = subprocess.run([sys.executable, "-m", "pytest", "--version", "--version"], capture_output=True, text=True,
-                            timeout=120, env=_env(), cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--version", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+        cwd=ROOT,
+    )
     if "sglang-moe-plugins" not in result.stdout + result.stderr:
         pytest.skip("the pytest11 entry point is not installed in this environment")
     assert "pytest_plugin.py" in result.stdout + result.stderr
@@ -51,7 +57,9 @@ def test_pytest_plugin_is_registered_and_loaded_in_the_timed_run():
 
 def _run_time(args: list[str]) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pytest", *args], capture_output=True, timeout=120, env=_env(), cwd=ROOT, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pytest", *args], capture_output=True, timeout=120, env=_env(), cwd=ROOT, check=True
+    )
     return time.perf_counter() - start
 
 
@@ -64,7 +72,9 @@ def test_pytest_startup_cost_is_at_most_a_tenth_of_a_second():
     for _ in range(6):
         with_plugin = min(with_plugin, _run_time(with_args))
         without = min(without, _run_time(without_args))
-    assert with_plugin - without <= 0.1, f"the pytest plugin adds {with_plugin - without:.2f} s (with {with_plugin:.2f} s, without {without:.2f} s)"
+    assert with_plugin - without <= 0.1, (
+        f"the pytest plugin adds {with_plugin - without:.2f} s (with {with_plugin:.2f} s, without {without:.2f} s)"
+    )
 
 
 def test_package_root_is_lazy_and_complete():

@@ -22,8 +22,9 @@ import pytest
 WORKER = pathlib.Path(__file__).resolve().with_name("rank_worker.py")
 
 
-def launch_ranks(world: int, tmp: pathlib.Path, *, backend: str = "gloo", no_sglang: bool = False,
-                 timeout: int = 240) -> list[dict]:
+def launch_ranks(
+    world: int, tmp: pathlib.Path, *, backend: str = "gloo", no_sglang: bool = False, timeout: int = 240
+) -> list[dict]:
     """Start ``world`` worker processes, wait for all, return their rank{R}.json results."""
     out = tmp / "out"
     out.mkdir()
@@ -33,8 +34,10 @@ def launch_ranks(world: int, tmp: pathlib.Path, *, backend: str = "gloo", no_sgl
     cmd = [sys.executable, str(WORKER), "--world", str(world), "--init", init, "--out", str(out), "--backend", backend]
     if no_sglang:
         cmd.append("--no-sglang")
-    procs = [subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-             for r in range(world)]
+    procs = [
+        subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        for r in range(world)
+    ]
     logs = []
     try:
         for proc in procs:

@@ -45,7 +45,7 @@ def test_reference_matches_fp64(case, layout):
         assert torch.isnan(outputs.out[~real].float()).all(), "padding rows untouched"
         if config.scale_ue8m0:
             raw = unpack_ue8m0_bytes(outputs.scale, 4 * shape.packed_groups)[real]
-            assert (raw[:, shape.num_groups:] == 0).all(), "pad bytes of the last int32 are 0"
+            assert (raw[:, shape.num_groups :] == 0).all(), "pad bytes of the last int32 are 0"
 
 
 def test_padding_rows_and_empty_experts_only():
@@ -68,7 +68,9 @@ def test_zero_sized_calls_are_defined():
 def test_fp8_quantizer_bit_exact_with_deep_gemm(ue8m0, gran):
     dg_math = pytest.importorskip("deep_gemm.utils.math")
     gen = torch.Generator().manual_seed(gran + ue8m0)
-    x = (torch.randn(64, 512, generator=gen) * torch.exp2(torch.randint(-6, 8, (64, 1), generator=gen).float())).bfloat16()
+    x = (
+        torch.randn(64, 512, generator=gen) * torch.exp2(torch.randint(-6, 8, (64, 1), generator=gen).float())
+    ).bfloat16()
     ref_q, ref_s = dg_math.per_token_cast_to_fp8(x, use_ue8m0=ue8m0, gran_k=gran)
     q, s = quantize_fp8_groups(x.float(), gran, ue8m0=ue8m0, absmax_floor=1e-4)
     assert torch.equal(s, ref_s)

@@ -10,7 +10,16 @@ from sglang_moe_plugins import ConfigError, Registry, UserConfig
 from sglang_moe_plugins.config import parse_config
 from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP
 
-BUILTINS = {"jit_ep", "fp8_fallback", "triton", "reference", "mega_w4a8", "mega_w4a4", "mega_sm90_fp8", "mega_reference"}
+BUILTINS = {
+    "jit_ep",
+    "fp8_fallback",
+    "triton",
+    "reference",
+    "mega_w4a8",
+    "mega_w4a4",
+    "mega_sm90_fp8",
+    "mega_reference",
+}
 
 
 def ep(name: str, attr: str) -> EntryPoint:
@@ -64,10 +73,18 @@ def test_options_merge_and_validation():
     record = registry.get("good_test_plugin")
     assert dict(record.options) == {"block": 32, "mode": "fast"}
     assert record.plugin.options["block"] == 32
-    with pytest.raises(ConfigError, match=r"option block='big' for plugin 'good_test_plugin' must be of type int \(default 16\)"):
-        Registry.discover(parse_config({"options": {"good_test_plugin": {"block": "big"}}}), [ep("good_test_plugin", "GoodPlugin")])
-    with pytest.raises(ConfigError, match="unknown option 'blok' for plugin 'good_test_plugin'; valid options: block, mode"):
-        Registry.discover(parse_config({"options": {"good_test_plugin": {"blok": 1}}}), [ep("good_test_plugin", "GoodPlugin")])
+    with pytest.raises(
+        ConfigError, match=r"option block='big' for plugin 'good_test_plugin' must be of type int \(default 16\)"
+    ):
+        Registry.discover(
+            parse_config({"options": {"good_test_plugin": {"block": "big"}}}), [ep("good_test_plugin", "GoodPlugin")]
+        )
+    with pytest.raises(
+        ConfigError, match="unknown option 'blok' for plugin 'good_test_plugin'; valid options: block, mode"
+    ):
+        Registry.discover(
+            parse_config({"options": {"good_test_plugin": {"blok": 1}}}), [ep("good_test_plugin", "GoodPlugin")]
+        )
 
 
 def test_get_unknown_lists_names():

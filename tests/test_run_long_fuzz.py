@@ -44,8 +44,21 @@ def _run(tmp_path: Path, env_extra: dict, shards: int = 3, stop_when_started: bo
     out = tmp_path / "fuzz" / "summary.json"
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     env.update(env_extra, PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
-    cmd = [sys.executable, str(RUNNER), "--seed", "7", "--shards", str(shards), "--examples", "30", "--out", str(out),
-           "--no-prewarm", "--test-file", str(test_file)]
+    cmd = [
+        sys.executable,
+        str(RUNNER),
+        "--seed",
+        "7",
+        "--shards",
+        str(shards),
+        "--examples",
+        "30",
+        "--out",
+        str(out),
+        "--no-prewarm",
+        "--test-file",
+        str(test_file),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
     if stop_when_started:  # every shard is inside its test: stop the run as `timeout` would
         deadline = time.time() + 120

@@ -23,7 +23,10 @@ def test_first_supported_by_priority_with_reasons(make_selector):
     sel = selector.select(smq.OP, shape, config)
     assert sel.chosen.name == "mid"
     assert [(c.name, c.verdict) for c in sel.candidates] == [
-        ("big_only", Verdict.UNSUPPORTED), ("mid", Verdict.CHOSEN), ("low", Verdict.OUTRANKED)]
+        ("big_only", Verdict.UNSUPPORTED),
+        ("mid", Verdict.CHOSEN),
+        ("low", Verdict.OUTRANKED),
+    ]
     assert sel.candidate("big_only").reason == "big_only rejects E=4"
     assert "comes first" in sel.candidate("low").reason
     text = sel.explain()
@@ -69,7 +72,9 @@ def test_concurrent_selection_is_consistent_and_computed_once(make_selector, cap
 
 
 def test_no_plugin_error_lists_every_plugin_and_reason(make_selector):
-    selector = make_selector(RecordingPlugin("a", 2, accept=lambda s, c: False), RecordingPlugin("b", 1, accept=lambda s, c: False))
+    selector = make_selector(
+        RecordingPlugin("a", 2, accept=lambda s, c: False), RecordingPlugin("b", 1, accept=lambda s, c: False)
+    )
     _, shape, config = random_call(e=3)
     with pytest.raises(NoPluginAvailableError) as info:
         selector.select(smq.OP, shape, config)
@@ -153,19 +158,29 @@ def test_disable_and_force(make_selector):
     _, shape, config = random_call(e=4)
     sel = make_selector(a, b, config=parse_config({"disable": ["a"]})).explain(smq.OP, shape, config)
     assert sel.chosen is None and sel.candidate("a").verdict == Verdict.DISABLED
-    forced = make_selector(RecordingPlugin("a", 10), RecordingPlugin("b", 5), config=parse_config({"force": {"silu_mul_quant": "b"}}))
+    forced = make_selector(
+        RecordingPlugin("a", 10), RecordingPlugin("b", 5), config=parse_config({"force": {"silu_mul_quant": "b"}})
+    )
     sel = forced.select(smq.OP, shape, config)
     assert sel.chosen.name == "b" and sel.candidate("a").verdict == Verdict.NOT_FORCED
-    forced_unsupported = make_selector(a, RecordingPlugin("b", 5, accept=lambda s, c: False), config=parse_config({"force": {"silu_mul_quant": "b"}}))
-    with pytest.raises(NoPluginAvailableError, match=r"^the forced plugin 'b' \(force.silu_mul_quant in the configuration\) "
-                       r"cannot run silu_mul_quant E=4 .*: unsupported: b rejects E=4; the call is not handed") as info:
+    forced_unsupported = make_selector(
+        a, RecordingPlugin("b", 5, accept=lambda s, c: False), config=parse_config({"force": {"silu_mul_quant": "b"}})
+    )
+    with pytest.raises(
+        NoPluginAvailableError,
+        match=r"^the forced plugin 'b' \(force.silu_mul_quant in the configuration\) "
+        r"cannot run silu_mul_quant E=4 .*: unsupported: b rejects E=4; the call is not handed",
+    ) as info:
         forced_unsupported.select(smq.OP, shape, config)
     assert info.value.forced == "b" and info.value.rejections == (("b", "unsupported: b rejects E=4"),)
 
 
 def test_forced_plugin_failure_is_not_hidden(make_selector):
-    selector = make_selector(RecordingPlugin("good", 10), RecordingPlugin("bad", 5, fail=RuntimeError("boom")),
-                             config=parse_config({"force": {"silu_mul_quant": "bad"}}))
+    selector = make_selector(
+        RecordingPlugin("good", 10),
+        RecordingPlugin("bad", 5, fail=RuntimeError("boom")),
+        config=parse_config({"force": {"silu_mul_quant": "bad"}}),
+    )
     inputs, shape, config = random_call()
     with pytest.raises(RuntimeError, match="boom"):
         selector.dispatch(smq.OP, inputs, shape, config)
@@ -194,15 +209,28 @@ def test_decide_depends_only_on_its_arguments():
     errors = []
 
     def run(force=None, failed=None, strict=False):
-        return decide(smq.OP, records, (), force, failed or {}, shape, config, strict=strict, collective=False,
-                      on_error=lambda plugin, exc: errors.append((plugin, str(exc))))
+        return decide(
+            smq.OP,
+            records,
+            (),
+            force,
+            failed or {},
+            shape,
+            config,
+            strict=strict,
+            collective=False,
+            on_error=lambda plugin, exc: errors.append((plugin, str(exc))),
+        )
 
     first = run()
     assert first == run() and first.chosen.name == "a"  # nothing cached: asked again, same answer
     assert a.supports_calls == 2
     failed = run(failed={"a": "raised RuntimeError at run time: boom"})
     assert failed.chosen.name == "b"
-    assert (failed.candidate("a").verdict, failed.candidate("a").reason) == (Verdict.FAILED, "raised RuntimeError at run time: boom")
+    assert (failed.candidate("a").verdict, failed.candidate("a").reason) == (
+        Verdict.FAILED,
+        "raised RuntimeError at run time: boom",
+    )
     assert run(force="b").candidate("a").verdict == Verdict.NOT_FORCED
     a.supports = lambda shape, config: 1 / 0  # a broken supports(): reported, not raised, unless strict
     assert run().candidate("a").verdict == Verdict.ERROR and errors == [("a", "division by zero")]
@@ -225,5 +253,7 @@ def test_as_support_is_public_and_names_the_plugin():
     no = Support.no("E too large")
     assert as_support(no, "p") is no
     assert as_support(Duck(), "p") == Support(True, "a duck-typed yes")
-    with pytest.raises(TypeError, match=r"plugin 'p': supports\(\) returned True; it must return sglang_moe_plugins.Support"):
+    with pytest.raises(
+        TypeError, match=r"plugin 'p': supports\(\) returned True; it must return sglang_moe_plugins.Support"
+    ):
         as_support(True, "p")

@@ -86,12 +86,20 @@ def test_hooked_function_correct_for_catalog(runner, model, ep, fresh_selector):
     real = smq.real_rows(masked, n)
     for limit in (None, 10.0):
         out, scale = call_hooked(runner, gateup, masked, model.topk, swiglu_limit=limit)
-        shape, config = smq.describe(gateup, masked, group_size=128, topk=model.topk, swiglu_limit=limit,
-                                     scale_layout="row_major" if limit else "column_major")
+        shape, config = smq.describe(
+            gateup,
+            masked,
+            group_size=128,
+            topk=model.topk,
+            swiglu_limit=limit,
+            scale_layout="row_major" if limit else "column_major",
+        )
         smq.validate_outputs(smq.SiluMulQuantOutputs(out, scale), shape, config)
         check_against_fp64(smq.SiluMulQuantInputs(gateup, masked), smq.SiluMulQuantOutputs(out, scale), shape, config)
         again, again_scale = call_hooked(runner, gateup, masked, model.topk, swiglu_limit=limit)  # a known key
-        assert torch.equal(again.view(torch.uint8)[real], out.view(torch.uint8)[real]) and torch.equal(again_scale[real], scale[real])
+        assert torch.equal(again.view(torch.uint8)[real], out.view(torch.uint8)[real]) and torch.equal(
+            again_scale[real], scale[real]
+        )
         assert (again_scale.shape, again_scale.stride()) == (scale.shape, scale.stride())
     info = fresh_selector.cache_info()
     assert (info["decisions"], info["bound"], info["call_keys"]) == (2, 2, 2)  # one per key, never again
@@ -108,7 +116,11 @@ def test_default_path_layout_matches_sglang_allocator(runner):
         q_host, s_host = _allocate_outputs(meta, 128, torch.float8_e4m3fn, ue8m0, True, True)
         shape, config = smq.describe(gateup, masked, group_size=128, topk=2, scale_layout=layout)
         ours = smq.allocate_outputs(shape, config, torch.device("meta"))
-        assert (ours.scale.shape, ours.scale.stride(), ours.scale.dtype) == (s_host.shape, s_host.stride(), s_host.dtype)
+        assert (ours.scale.shape, ours.scale.stride(), ours.scale.dtype) == (
+            s_host.shape,
+            s_host.stride(),
+            s_host.dtype,
+        )
         assert (ours.out.shape, ours.out.dtype) == (q_host.shape, q_host.dtype)
 
 
@@ -142,7 +154,9 @@ def test_ue8m0_mode_returns_packed_scales(runner, host_ue8m0):
     for limit in (None, 10.0):
         out, scale = call_hooked(runner, gateup, masked, 6, swiglu_limit=limit)
         assert scale.dtype == torch.int32 and scale.shape == (8, 6, 3) and scale.stride() == (24, 1, 8)
-        shape, config = smq.describe(gateup, masked, group_size=128, topk=6, swiglu_limit=limit, scale_layout="ue8m0_packed")
+        shape, config = smq.describe(
+            gateup, masked, group_size=128, topk=6, swiglu_limit=limit, scale_layout="ue8m0_packed"
+        )
         check_against_fp64(smq.SiluMulQuantInputs(gateup, masked), smq.SiluMulQuantOutputs(out, scale), shape, config)
 
 
@@ -152,7 +166,9 @@ def test_swizzle_and_keep_fp32_branches(runner):
     gateup = gateup_for(4, 8, 512, seed=5)
     masked = ragged_masked(4, 8, seed=5)
     out, scale = call_hooked(runner, gateup, masked, 2, swiglu_limit=10.0, swizzle=True, silu_mul_keep_fp32=True)
-    shape, config = smq.describe(gateup, masked, group_size=128, topk=2, swiglu_limit=10.0, swizzle=True, scale_layout="row_major")
+    shape, config = smq.describe(
+        gateup, masked, group_size=128, topk=2, swiglu_limit=10.0, swizzle=True, scale_layout="row_major"
+    )
     check_against_fp64(smq.SiluMulQuantInputs(gateup, masked), smq.SiluMulQuantOutputs(out, scale), shape, config)
 
 
@@ -172,8 +188,14 @@ def test_stock_sglang_fails_where_the_hook_succeeds(runner, e, n, d, limit):
     with pytest.raises((AssertionError, NotImplementedError, RuntimeError)):
         original(gateup, masked, 128, 8, swiglu_limit=limit)
     out, scale = call_hooked(runner, gateup, masked, 8, swiglu_limit=limit)
-    shape, config = smq.describe(gateup, masked, group_size=128, topk=8, swiglu_limit=limit,
-                                 scale_layout="row_major" if limit else "column_major")
+    shape, config = smq.describe(
+        gateup,
+        masked,
+        group_size=128,
+        topk=8,
+        swiglu_limit=limit,
+        scale_layout="row_major" if limit else "column_major",
+    )
     check_against_fp64(smq.SiluMulQuantInputs(gateup, masked), smq.SiluMulQuantOutputs(out, scale), shape, config)
 
 
@@ -198,14 +220,27 @@ def test_invalid_call_raises_our_error(runner):
     InvalidArgumentError naming the argument (more cases: test_failure_policy.py)."""
     gateup = gateup_for(2, 4, 256, seed=8).float()
     masked = ragged_masked(2, 4, seed=8)
-    with pytest.raises(InvalidArgumentError, match=r"^silu_mul_quant: invalid argument gateup.dtype=torch.float32; allowed: torch.bfloat16$"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"^silu_mul_quant: invalid argument gateup.dtype=torch.float32; allowed: torch.bfloat16$",
+    ):
         call_hooked(runner, gateup, masked, 2)
 
 
 def test_positional_and_keyword_calls_share_one_bound_op(runner, fresh_selector):
     gateup, masked = gateup_for(3, 8, 512, seed=10), ragged_masked(3, 8, seed=10)
-    names = ("gateup_output", "masked_m", "group_size", "topk", "swiglu_limit", "swizzle", "gemm1_alpha",
-             "gemm1_clamp_limit", "num_real_tokens", "silu_mul_keep_fp32")
+    names = (
+        "gateup_output",
+        "masked_m",
+        "group_size",
+        "topk",
+        "swiglu_limit",
+        "swizzle",
+        "gemm1_alpha",
+        "gemm1_clamp_limit",
+        "num_real_tokens",
+        "silu_mul_keep_fp32",
+    )
     values = (gateup, masked, 128, 2, 10.0, False, None, None, 5, False)
     shape, config = smq.describe(gateup, masked, group_size=128, topk=2, swiglu_limit=10.0, scale_layout="row_major")
     for split in (10, 0, 4, 2, 5):  # positional, keyword, mixed, as SGLang calls it, defaults left out below
@@ -225,14 +260,35 @@ def test_nine_parameter_host_signature(fresh_selector):
     SGLang's HookRegistry wraps a target)."""
     from sglang_moe_plugins.integrations.sglang import silu_mul_quant_hook
 
-    def host(gateup_output, masked_m, group_size, topk, swiglu_limit=None, swizzle=False, gemm1_alpha=None,
-             gemm1_clamp_limit=None, num_real_tokens=None):
+    def host(
+        gateup_output,
+        masked_m,
+        group_size,
+        topk,
+        swiglu_limit=None,
+        swizzle=False,
+        gemm1_alpha=None,
+        gemm1_clamp_limit=None,
+        num_real_tokens=None,
+    ):
         raise AssertionError("a modelled call reached the original")
 
     gateup, masked = gateup_for(2, 4, 256, seed=11), ragged_masked(2, 4, seed=11)
-    for args, kwargs in (((gateup, masked, 128, 2, 10.0, False, None, None, 3), {}),
-                         ((gateup, masked), dict(group_size=128, topk=2, swiglu_limit=10.0, swizzle=False, gemm1_alpha=None,
-                                                 gemm1_clamp_limit=None, num_real_tokens=3))):
+    for args, kwargs in (
+        ((gateup, masked, 128, 2, 10.0, False, None, None, 3), {}),
+        (
+            (gateup, masked),
+            dict(
+                group_size=128,
+                topk=2,
+                swiglu_limit=10.0,
+                swizzle=False,
+                gemm1_alpha=None,
+                gemm1_clamp_limit=None,
+                num_real_tokens=3,
+            ),
+        ),
+    ):
         out, scale = silu_mul_quant_hook(host, *args, **kwargs)
         assert out.shape == (2, 4, 256) and scale.shape == (2, 4, 2) and scale.stride() == (8, 2, 1)
     assert fresh_selector.cache_info()["call_keys"] == 1
@@ -241,7 +297,9 @@ def test_nine_parameter_host_signature(fresh_selector):
 def _run_python(code: str, **env: str) -> subprocess.CompletedProcess:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
     full_env.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full_env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full_env, timeout=300
+    )
 
 
 HOOKED_PROBE = """
@@ -307,5 +365,8 @@ def test_invalid_config_is_reported_and_sglang_keeps_running(tmp_path):
     result = _run_python(HOOKED_PROBE.format(pre=""), SGLANG_MOE_PLUGINS_CONFIG=str(bad))
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout + result.stderr
-    assert "sglang-moe-plugins is NOT active (on_config_error = stock): invalid configuration: unknown plugin 'jit_epp'" in out
+    assert (
+        "sglang-moe-plugins is NOT active (on_config_error = stock): invalid configuration: unknown plugin 'jit_epp'"
+        in out
+    )
     assert "PATCHED []" in result.stdout

@@ -47,11 +47,15 @@ def _wheel(release: str) -> pathlib.Path:
         folder.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={release}", "-d", str(folder)],
-            capture_output=True, text=True, timeout=600,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         found = sorted(folder.glob(f"sglang-{release}-*.whl"))
         if proc.returncode != 0 or not found:
-            pytest.skip(f"cannot download sglang=={release}: pip exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+            pytest.skip(
+                f"cannot download sglang=={release}: pip exited {proc.returncode}: {proc.stderr.strip()[-300:]}"
+            )
     return found[-1]
 
 
@@ -145,8 +149,13 @@ def test_silu_mul_quant_branches_the_hook_relies_on(release: str) -> None:
         text = ast.unparse(fn)
         assert "per_token_group_quant(" not in text.replace("sglang_per_token_group_quant_8bit(", "")
         assert "if N % 4 != 0 or G % 4 != 0 or D // 8 < E:\n        use_jit_ep_activation = False" in text
-        allocations = [ast.unparse(n.value.args[0]) for n in ast.walk(fn) if isinstance(n, ast.Assign)
-                       and ast.unparse(n.targets[0]) == "down_input_scale" and ast.unparse(n.value.func) == "torch.empty"]
+        allocations = [
+            ast.unparse(n.value.args[0])
+            for n in ast.walk(fn)
+            if isinstance(n, ast.Assign)
+            and ast.unparse(n.targets[0]) == "down_input_scale"
+            and ast.unparse(n.value.func) == "torch.empty"
+        ]
         assert allocations and set(allocations) <= {"(E, N, G)", "(E, G // 4, N) if packed_ue8m0 else (E, N, G)"}
 
 
@@ -203,7 +212,10 @@ def test_version_cases_simulated() -> None:
     assert f"sglang {installed} is newer than the tested releases (known: 0.5.1)" in newer.message
     refused = sv.version_case(installed, table, environ={sv.REQUIRE_KNOWN_ENV: "1"})
     assert refused.case == "newer-refused" and not refused.hooks and not any(c.ok for c in refused.checks)
-    changed = (sv.HookTarget(entry[0].path, entry[0].op, entry[0].parameters[:-1], entry[0].hook, entry[0].host), *entry[1:])
+    changed = (
+        sv.HookTarget(entry[0].path, entry[0].op, entry[0].parameters[:-1], entry[0].hook, entry[0].host),
+        *entry[1:],
+    )
     mismatch = sv.version_case(installed, {"0.5.1": changed}, environ={})
     assert mismatch.case == "newer-mismatch" and not mismatch.hooks and not any(c.ok for c in mismatch.checks)
     assert "signature differs" in mismatch.message
@@ -217,7 +229,15 @@ def test_version_cases_simulated() -> None:
 
 def test_release_ordering() -> None:
     key = sv._release_key
-    assert key("0.5.9") < key("0.5.16") < key("0.5.23") < key("0.5.23.post1") < key("0.5.24rc0") < key("0.5.24") < key("0.6")
+    assert (
+        key("0.5.9")
+        < key("0.5.16")
+        < key("0.5.23")
+        < key("0.5.23.post1")
+        < key("0.5.24rc0")
+        < key("0.5.24")
+        < key("0.6")
+    )
 
 
 #: The table as it would be if the installed release were its newest (a no-op on 0.5.23): "0.5.99" is then
@@ -280,7 +300,9 @@ def test_newer_release_with_a_changed_signature_is_not_hooked() -> None:
     """
     out = _probe(textwrap.dedent(pre))
     warnings = [line for line in out.splitlines() if line.startswith("WARNING sglang_moe_plugins")]
-    assert len(warnings) == 1 and "is newer than the version table" in warnings[0] and "signature differs" in warnings[0], out
+    assert (
+        len(warnings) == 1 and "is newer than the version table" in warnings[0] and "signature differs" in warnings[0]
+    ), out
     assert "PATCHED []" in out
 
 
@@ -291,10 +313,17 @@ def _old_host(parameters: tuple[str, ...]):
     """A function with exactly the old host's parameter list (what the hook binds against)."""
     calls = []
     params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in parameters[:4]]
-    defaults = {"activation_clamp": None, "routed_scaling_factor": 1.0, "num_shared_experts": 0,
-                "shared_l1_weights": None, "shared_l2_weights": None}
-    params += [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(n, inspect.Parameter.empty))
-               for n in parameters[4:]]
+    defaults = {
+        "activation_clamp": None,
+        "routed_scaling_factor": 1.0,
+        "num_shared_experts": 0,
+        "shared_l1_weights": None,
+        "shared_l2_weights": None,
+    }
+    params += [
+        inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(n, inspect.Parameter.empty))
+        for n in parameters[4:]
+    ]
 
     def original(*args, **kwargs):
         calls.append((args, kwargs))
@@ -317,12 +346,25 @@ def test_old_mega_adapter_runs_the_op_as_the_release_does(release: str, monkeypa
     mega.reset()
     problem = make_problem("fp8xfp4", rsf=2.5, seed=14)
     i, s, c = problem.inputs, problem.shape, problem.config
-    experts = SimpleNamespace(_mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=False,
-                              _mega_moe_sm90_fp8_weights=False, num_experts=s.num_experts, moe_ep_size=1,
-                              mega_l1_weights=i.l1_weights, mega_l2_weights=i.l2_weights)
+    experts = SimpleNamespace(
+        _mega_moe_weights_built=True,
+        _mega_moe_nvfp4=False,
+        _mega_moe_w4a4=False,
+        _mega_moe_sm90_fp8_weights=False,
+        num_experts=s.num_experts,
+        moe_ep_size=1,
+        mega_l1_weights=i.l1_weights,
+        mega_l2_weights=i.l2_weights,
+    )
     original, calls = _old_host(target.parameters)
-    kwargs = dict(hidden_size=s.hidden, intermediate_size=s.intermediate, top_k=s.top_k, num_tokens=i.num_tokens,
-                  activation_clamp=c.activation_clamp, routed_scaling_factor=2.5)
+    kwargs = dict(
+        hidden_size=s.hidden,
+        intermediate_size=s.intermediate,
+        top_k=s.top_k,
+        num_tokens=i.num_tokens,
+        activation_clamp=c.activation_clamp,
+        routed_scaling_factor=2.5,
+    )
     y = mega.mega_moe_hook(original, experts, i.hidden_states, i.topk_ids, i.topk_weights, **kwargs)
     assert not calls and isinstance(y, torch.Tensor) and y.shape == (i.num_tokens, s.hidden)
     behaviour = target.host
@@ -331,21 +373,33 @@ def test_old_mega_adapter_runs_the_op_as_the_release_does(release: str, monkeypa
     assert call.output_scale == (2.5 if behaviour.scaling_on_output else 1.0)
     from sglang_moe_plugins import api
 
-    unscaled = mega.build_call(experts, i.hidden_states, i.topk_ids, i.topk_weights, **{**kwargs, "routed_scaling_factor": 1.0})
-    base = api.get_selector().dispatch("mega_moe", unscaled.inputs, unscaled.shape, unscaled.config,
-                                       outputs=unscaled.allocate_outputs()).y[: i.num_tokens].float()
+    unscaled = mega.build_call(
+        experts, i.hidden_states, i.topk_ids, i.topk_weights, **{**kwargs, "routed_scaling_factor": 1.0}
+    )
+    base = (
+        api.get_selector()
+        .dispatch("mega_moe", unscaled.inputs, unscaled.shape, unscaled.config, outputs=unscaled.allocate_outputs())
+        .y[: i.num_tokens]
+        .float()
+    )
     if behaviour.scaling_on_output:  # 0.5.21: y.mul_(rsf) on the bf16 output, exactly
         assert torch.equal(y, (base.to(torch.bfloat16) * 2.5).to(torch.bfloat16))
     else:  # 0.5.22: the top-k weights carry the factor (as 0.5.23): the op's own result, unchanged
-        again = api.get_selector().dispatch("mega_moe", call.inputs, call.shape, call.config, outputs=call.allocate_outputs())
+        again = api.get_selector().dispatch(
+            "mega_moe", call.inputs, call.shape, call.config, outputs=call.allocate_outputs()
+        )
         assert torch.equal(y, again.y[: i.num_tokens]) and not torch.equal(y, (base * 2.5).to(torch.bfloat16))
     # NVFP4 experts are not modelled: the original runs, unchanged.
     nvfp4 = SimpleNamespace(**{**vars(experts), "_mega_moe_nvfp4": True})
     assert mega.mega_moe_hook(original, nvfp4, i.hidden_states, i.topk_ids, i.topk_weights, **kwargs) == "original"
     assert len(calls) == 1
     # A keyword the release does not take (0.5.23's routing_in_buffer) is not modelled: the original gets it.
-    assert mega.mega_moe_hook(original, experts, i.hidden_states, i.topk_ids, i.topk_weights, **kwargs,
-                              routing_in_buffer=False) == "original"
+    assert (
+        mega.mega_moe_hook(
+            original, experts, i.hidden_states, i.topk_ids, i.topk_weights, **kwargs, routing_in_buffer=False
+        )
+        == "original"
+    )
     assert len(calls) == 2 and calls[-1][1]["routing_in_buffer"] is False
     mega.reset()
 
@@ -377,7 +431,9 @@ def test_doctor_reports_the_case() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     known, newer, refused = (json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("REPORT "))
-    assert known["sglang release"]["case"] == "known" and known["sglang release"]["table_release"] == sv.sglang_version()
+    assert (
+        known["sglang release"]["case"] == "known" and known["sglang release"]["table_release"] == sv.sglang_version()
+    )
     assert all(h["state"] == "would hook" for h in known["hooks"])
     assert newer["sglang release"]["case"] == "newer" and "0.5.99" in newer["sglang release"]["message"]
     assert newer["hooks"] and all(h["state"] == "would hook" for h in newer["hooks"])
@@ -387,7 +443,9 @@ def test_doctor_reports_the_case() -> None:
 
 @pytest.mark.sglang
 @pytest.mark.parametrize("release, strides", [("0.5.16", (24, 4, 1)), ("0.5.19", (32, 1, 8))])
-def test_hooked_function_returns_the_layout_of_the_table_entry(release: str, strides, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hooked_function_returns_the_layout_of_the_table_entry(
+    release: str, strides, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Through real load_plugins(): the hook takes the scale layout from the release's record (0.5.16: row-major)."""
     pytest.importorskip("sglang")
     from sglang_session import loaded_sglang

@@ -26,20 +26,54 @@ def compile_exp():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     kernel = module.smq_exp_kernel
-    signature = {"x_ptr": "*bf16", "m_ptr": "*i32", "out_ptr": "*fp8e4nv", "s_ptr": "*fp32", "ctr_ptr": "*i32",
-                 "num_experts": "i32", "num_rows": "i32", "s_e": "i32", "s_r": "i32", "s_g": "i32", "limit": "fp32",
-                 "act_div": "i32", "act_min": "i32", "wave": "i32"}
+    signature = {
+        "x_ptr": "*bf16",
+        "m_ptr": "*i32",
+        "out_ptr": "*fp8e4nv",
+        "s_ptr": "*fp32",
+        "ctr_ptr": "*i32",
+        "num_experts": "i32",
+        "num_rows": "i32",
+        "s_e": "i32",
+        "s_r": "i32",
+        "s_g": "i32",
+        "limit": "fp32",
+        "act_div": "i32",
+        "act_min": "i32",
+        "wave": "i32",
+    }
     # DSV4-Flash EP8 decode's tiles: E = 32, D = 2048, one-row items of 1024 columns, swiglu_limit, fp32 scales
-    base = dict(D=2048, GS=128, G=16, GP=4, BM=1, BC=1024, NC=2, BLOCK_E=32, HAS_LIMIT=True, SWIZZLE=False,
-                UE8M0=False, EVEN_D=True, USE_PDL=True, IDLE_EXIT=True, FRONT_LOAD=True, PACK_FIRST=False,
-                ACTIVE=False, DYNAMIC=0, EVICT=False)
+    base = dict(
+        D=2048,
+        GS=128,
+        G=16,
+        GP=4,
+        BM=1,
+        BC=1024,
+        NC=2,
+        BLOCK_E=32,
+        HAS_LIMIT=True,
+        SWIZZLE=False,
+        UE8M0=False,
+        EVEN_D=True,
+        USE_PDL=True,
+        IDLE_EXIT=True,
+        FRONT_LOAD=True,
+        PACK_FIRST=False,
+        ACTIVE=False,
+        DYNAMIC=0,
+        EVICT=False,
+    )
 
     def run(**switches) -> str:
         constexprs = dict(base, **switches)
         sig = dict(signature, **{name: "constexpr" for name in constexprs})
         attrs = {(i,): [["tt.divisibility", 16]] for i in range(5)}
-        compiled = triton.compile(ASTSource(kernel, sig, constexprs, attrs), target=GPUTarget("cuda", 90, 32),
-                                  options={"num_warps": 4, "num_stages": 1, "launch_pdl": True})
+        compiled = triton.compile(
+            ASTSource(kernel, sig, constexprs, attrs),
+            target=GPUTarget("cuda", 90, 32),
+            options={"num_warps": 4, "num_stages": 1, "launch_pdl": True},
+        )
         return compiled.asm["ptx"]
 
     return run

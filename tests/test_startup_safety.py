@@ -83,7 +83,11 @@ def test_disabling_a_stale_entry_point_stops_the_strict_failure(site):
         _discover(strict=True, allow=["evil_top", "stale_kernels"])
     registry = _discover(strict=True, allow=["evil_top", "stale_kernels"], disable=["stale_kernels"])
     (entry,) = [n for n in registry.not_loaded if n.entry_point == "stale_kernels"]
-    assert entry.reason == "disabled by 'disable'" and entry.distribution == STALE_DIST[0] and entry.version == STALE_DIST[1]
+    assert (
+        entry.reason == "disabled by 'disable'"
+        and entry.distribution == STALE_DIST[0]
+        and entry.version == STALE_DIST[1]
+    )
     assert not registry.problems
 
 
@@ -98,9 +102,13 @@ def test_allow_and_disable_keep_modules_from_being_imported(site):
     imported = {line for line in markers(site) if line.startswith("imported ")}
     assert imported == {"imported evil_top"}, imported
 
-    registry = Registry.discover(load_config({"SGLANG_MOE_PLUGINS_DISABLE": "evil_top", "SGLANG_MOE_PLUGINS_ALLOW": ""}))
+    registry = Registry.discover(
+        load_config({"SGLANG_MOE_PLUGINS_DISABLE": "evil_top", "SGLANG_MOE_PLUGINS_ALLOW": ""})
+    )
     assert "evil_top" not in registry.names()
-    assert {n.entry_point: n.reason for n in registry.not_loaded}["evil_top"] == "disabled by SGLANG_MOE_PLUGINS_DISABLE"
+    assert {n.entry_point: n.reason for n in registry.not_loaded}[
+        "evil_top"
+    ] == "disabled by SGLANG_MOE_PLUGINS_DISABLE"
     assert "example_torch" not in registry.names()  # set and empty: no third party at all
 
 
@@ -109,7 +117,9 @@ def test_config_entries_of_plugins_that_are_not_loaded(site):
     registry = _discover(disable=["evil_top"], priority={"evil_top": 5}, options={"evil_top": {"x": 1}}, allow=[])
     assert "evil_top" not in registry.names()
     # ... but force cannot be honoured, and enabling a plugin outside allow contradicts it.
-    with pytest.raises(ConfigError, match=r"force.silu_mul_quant = 'evil_top', but plugin 'evil_top' is not loaded: not in allow"):
+    with pytest.raises(
+        ConfigError, match=r"force.silu_mul_quant = 'evil_top', but plugin 'evil_top' is not loaded: not in allow"
+    ):
         _discover(allow=[], force={"silu_mul_quant": "evil_top"})
     with pytest.raises(ConfigError, match="enable names plugin 'evil_top', which is not in allow"):
         _discover(allow=[], enable=["evil_top"])
@@ -149,7 +159,9 @@ def _sglang_probe(tmp_path, site_kinds: dict, **env):
     path = write_site(tmp_path / "sub_site", **site_kinds)
     marker = tmp_path / "sub_marker.txt"
     # The fake distributions come first on sys.path: they are discovered before the built-ins.
-    result, stderr = run_probe(PYTHONPATH=os.pathsep.join([str(path), str(TESTS.parent)]), MOE_TEST_MARKER=str(marker), **env)
+    result, stderr = run_probe(
+        PYTHONPATH=os.pathsep.join([str(path), str(TESTS.parent)]), MOE_TEST_MARKER=str(marker), **env
+    )
     return result, stderr, markers(marker)
 
 
@@ -179,8 +191,12 @@ def test_sglang_strict_stale_entry_point_disabled_by_name(tmp_path):
     """Finding 4: under strict the stale entry point fails closed; disabling it by name runs the calls."""
     result, stderr, _ = _sglang_probe(tmp_path, {"evil": False, "stale": True}, SGLANG_MOE_PLUGINS_STRICT="1")
     assert all(c.startswith("PluginValidationError: strict = true and 1 plugin(s)") for c in result["calls"]), result
-    result, stderr, _ = _sglang_probe(tmp_path / "2", {"evil": False, "stale": True}, SGLANG_MOE_PLUGINS_STRICT="1",
-                                      SGLANG_MOE_PLUGINS_DISABLE="stale_kernels")
+    result, stderr, _ = _sglang_probe(
+        tmp_path / "2",
+        {"evil": False, "stale": True},
+        SGLANG_MOE_PLUGINS_STRICT="1",
+        SGLANG_MOE_PLUGINS_DISABLE="stale_kernels",
+    )
     assert result["calls"] == ["ok", "ok"], stderr[-3000:]
 
 
@@ -189,8 +205,9 @@ def _cli(tmp_path, *args, **env) -> subprocess.CompletedProcess:
     path = write_site(tmp_path / "cli_site", evil=True, stale=True)
     full = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
     full.update(PYTHONPATH=os.pathsep.join([str(path), str(TESTS.parent)]), **env)
-    return subprocess.run([sys.executable, "-m", "sglang_moe_plugins.cli", *args], capture_output=True, text=True,
-                          env=full, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "sglang_moe_plugins.cli", *args], capture_output=True, text=True, env=full, timeout=300
+    )
 
 
 def test_list_and_doctor_show_broken_plugins_as_lines(tmp_path):
@@ -198,17 +215,27 @@ def test_list_and_doctor_show_broken_plugins_as_lines(tmp_path):
     assert listed.returncode == 0 and "Traceback" not in listed.stderr + listed.stdout, listed.stderr[-3000:]
     out = listed.stdout
     # The table's columns are as wide as the longest name installed (the example plugin's, where it is).
-    assert re.search(r"^evil_top +silu_mul_quant +1000000000 ", out, re.M) and EVIL in out and "sglang-moe-plugins 0." in out
-    assert (f"plugin entry point 'evil_misnamed' (evil_misnamed:Misnamed, from {EVIL}) not loaded: disabled by "
-            "SGLANG_MOE_PLUGINS_DISABLE") in out
+    assert (
+        re.search(r"^evil_top +silu_mul_quant +1000000000 ", out, re.M)
+        and EVIL in out
+        and "sglang-moe-plugins 0." in out
+    )
+    assert (
+        f"plugin entry point 'evil_misnamed' (evil_misnamed:Misnamed, from {EVIL}) not loaded: disabled by "
+        "SGLANG_MOE_PLUGINS_DISABLE"
+    ) in out
     assert f"plugin entry point 'evil_sysexit' (evil_sysexit:Plugin, from {EVIL_DIST[0]}) skipped: SystemExit: 3" in out
     assert "above every built-in plugin of op 'silu_mul_quant'" in out
-    doctor = _cli(tmp_path / "2", "doctor", "--no-hooks", "--no-self-check", "--json", SGLANG_MOE_PLUGINS_STOCK="mega_moe")
+    doctor = _cli(
+        tmp_path / "2", "doctor", "--no-hooks", "--no-self-check", "--json", SGLANG_MOE_PLUGINS_STOCK="mega_moe"
+    )
     assert doctor.returncode == 1 and "Traceback" not in doctor.stderr, doctor.stderr[-3000:]
     report = json.loads(doctor.stdout)
     assert any("'evil_op_raises'" in p and "RuntimeError: op lookup exploded" in p for p in report["problems"])
     assert any("'reference'" in p and "built-in names are reserved" in p for p in report["problems"])
-    assert report["distributions"]["evil_top"] == EVIL and report["stock"] == ["op mega_moe: stock, SGLang's own function runs it"]
+    assert report["distributions"]["evil_top"] == EVIL and report["stock"] == [
+        "op mega_moe: stock, SGLang's own function runs it"
+    ]
     assert report["imported from"] == str(TESTS.parent / "sglang_moe_plugins")
     strict = _cli(tmp_path / "3", "list", SGLANG_MOE_PLUGINS_STRICT="1")
     assert strict.returncode == 1 and "Traceback" not in strict.stderr, strict.stderr[-3000:]
@@ -216,8 +243,9 @@ def test_list_and_doctor_show_broken_plugins_as_lines(tmp_path):
 
 
 def test_doctor_flags_an_op_no_enabled_plugin_can_run_and_hides_host_warnings(tmp_path):
-    doctor = _cli(tmp_path, "doctor", "--no-self-check", SGLANG_MOE_PLUGINS_ALLOW="",
-                  SGLANG_MOE_PLUGINS_DISABLE="reference")
+    doctor = _cli(
+        tmp_path, "doctor", "--no-self-check", SGLANG_MOE_PLUGINS_ALLOW="", SGLANG_MOE_PLUGINS_DISABLE="reference"
+    )
     assert doctor.returncode == 1
     import torch
 

@@ -77,11 +77,17 @@ WORKER = """
 def _worker(tmp_path, **env: str) -> tuple[dict, str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "PROMETHEUS_"))}
     full.update(env)
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(WORKER)], capture_output=True, text=True, env=full,
-                          timeout=300, cwd=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(WORKER)],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=300,
+        cwd=str(tmp_path),
+    )
     line = next((x for x in proc.stdout.splitlines() if x.startswith("STATS ")), None)
     assert proc.returncode == 0 and line, proc.stderr[-3000:]
-    return json.loads(line[len("STATS "):]), proc.stderr
+    return json.loads(line[len("STATS ") :]), proc.stderr
 
 
 @pytest.mark.sglang
@@ -122,13 +128,19 @@ def test_counters_reach_prometheus_multiprocess_collector(tmp_path):
     assert "exporting sglang:moe_plugins_calls_total" in stderr
     registry = prometheus_client.CollectorRegistry()
     multiprocess.MultiProcessCollector(registry, path=str(metrics_dir))
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for metric in registry.collect() for s in metric.samples}
-    calls = {dict(labels)["plugin"]: value for (name, labels), value in samples.items()
-             if name == "sglang:moe_plugins_calls_total" and dict(labels)["op"] == "silu_mul_quant"}
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value for metric in registry.collect() for s in metric.samples
+    }
+    calls = {
+        dict(labels)["plugin"]: value
+        for (name, labels), value in samples.items()
+        if name == "sglang:moe_plugins_calls_total" and dict(labels)["op"] == "silu_mul_quant"
+    }
     assert list(calls.values()) == [3.0], samples  # flushed at the worker's exit (the thread flushes every 5 s)
     plugin = next(iter(calls))
-    delegated = samples[("sglang:moe_plugins_delegations_total", (("kind", "gemm1_alpha"), ("op", "silu_mul_quant"), ("rank", "")))]
+    delegated = samples[
+        ("sglang:moe_plugins_delegations_total", (("kind", "gemm1_alpha"), ("op", "silu_mul_quant"), ("rank", "")))
+    ]
     assert delegated == 1.0
     text = prometheus_client.generate_latest(registry).decode()
     assert f'sglang:moe_plugins_calls_total{{op="silu_mul_quant",plugin="{plugin}",rank=""}} 3.0' in text
@@ -137,7 +149,9 @@ def test_counters_reach_prometheus_multiprocess_collector(tmp_path):
 def test_info_line_says_the_choice_first_and_short_reasons_at_debug(caplog):
     import logging
 
-    selector = Selector(Registry.from_plugins([ReferencePlugin(), _Failing()], UserConfig(disable=frozenset({"failing_first"}))))
+    selector = Selector(
+        Registry.from_plugins([ReferencePlugin(), _Failing()], UserConfig(disable=frozenset({"failing_first"})))
+    )
     with caplog.at_level(logging.DEBUG, logger="sglang_moe_plugins"):
         _call(selector, 0)
     info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]

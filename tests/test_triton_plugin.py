@@ -24,8 +24,14 @@ def _run_python(code: str, env: dict | None = None, timeout: int = 120) -> str:
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
     full_env.update(env or {})
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=full_env, timeout=timeout, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -78,7 +84,10 @@ def test_plugin_passes_the_registry_checks_under_its_entry_point_name():
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
         entry_points = tomllib.load(handle)["project"]["entry-points"]
     record = Registry.from_plugins([TritonPlugin()]).get("triton")
-    assert entry_points["sglang_moe_plugins.kernels"][record.name] == "sglang_moe_plugins.plugins.triton_smq.plugin:TritonPlugin"
+    assert (
+        entry_points["sglang_moe_plugins.kernels"][record.name]
+        == "sglang_moe_plugins.plugins.triton_smq.plugin:TritonPlugin"
+    )
     assert record.op == "silu_mul_quant" and record.priority == TritonPlugin.priority
     assert dict(record.options) == {"pdl": True}
     assert "\n" not in TritonPlugin.description and TritonPlugin.description.strip()
@@ -186,7 +195,11 @@ def test_supports_is_pure_and_cheap(monkeypatch):
     try:
         plugin = TritonPlugin()
         shapes = [SiluMulQuantShape(32, 64, 2048, 128, 8), SiluMulQuantShape(4, 8, 96, 48, 8)]
-        configs = [SiluMulQuantConfig(H200), SiluMulQuantConfig(Platform.cpu()), SiluMulQuantConfig(Platform.cuda(8, 0))]
+        configs = [
+            SiluMulQuantConfig(H200),
+            SiluMulQuantConfig(Platform.cpu()),
+            SiluMulQuantConfig(Platform.cuda(8, 0)),
+        ]
         first = {(s, c): plugin.supports(s, c) for s in shapes for c in configs}
         for _ in range(100):
             assert {(s, c): plugin.supports(s, c) for s in shapes for c in configs} == first
@@ -363,8 +376,15 @@ def test_choose_config_is_a_pure_function_of_sizes():
     pytest.importorskip("triton")
     from sglang_moe_plugins.plugins.triton_smq.tuning import choose_config
 
-    for E, N, D, gs in [(32, 1024, 2048, 128), (128, 1024, 768, 128), (512, 256, 512, 128), (8, 4096, 14336, 128),
-                        (3, 5, 96, 32), (1, 1, 16, 16), (4, 7, 512, 256)]:
+    for E, N, D, gs in [
+        (32, 1024, 2048, 128),
+        (128, 1024, 768, 128),
+        (512, 256, 512, 128),
+        (8, 4096, 14336, 128),
+        (3, 5, 96, 32),
+        (1, 1, 16, 16),
+        (4, 7, 512, 256),
+    ]:
         cfg = choose_config(E, N, D, gs)
         assert cfg == choose_config(E, N, D, gs)
         assert choose_config(E, N, D, gs) is cfg  # cached: it runs on every launch
@@ -374,9 +394,10 @@ def test_choose_config_is_a_pure_function_of_sizes():
         # the compiled part depends on N only through the regime: for E <= 64 a decode and a prefill kernel,
         # for E > 64 one kernel plus a one-row one where the row bound N * topk is at most E (the small N
         # here), whichever the token count
-        compiled = {(c.block_m, c.block_c, c.num_warps, c.prefetch, c.idle_exit, c.early_trigger, c.front_load,
-                     c.max_registers)
-                    for c in (choose_config(E, n, D, gs) for n in (1, 7, 64, 256, 257, 1000, 65536))}
+        compiled = {
+            (c.block_m, c.block_c, c.num_warps, c.prefetch, c.idle_exit, c.early_trigger, c.front_load, c.max_registers)
+            for c in (choose_config(E, n, D, gs) for n in (1, 7, 64, 256, 257, 1000, 65536))
+        }
         assert len(compiled) == 2, compiled
 
 
@@ -387,8 +408,9 @@ def test_resident_programs_fallback_bound_from_registers_and_shared(monkeypatch)
     import types
 
     monkeypatch.setattr(K, "_libcuda", lambda: None)
-    props = types.SimpleNamespace(regs_per_multiprocessor=65536, max_threads_per_multi_processor=2048,
-                                  shared_memory_per_multiprocessor=233472)
+    props = types.SimpleNamespace(
+        regs_per_multiprocessor=65536, max_threads_per_multi_processor=2048, shared_memory_per_multiprocessor=233472
+    )
     monkeypatch.setattr(K.torch.cuda, "get_device_properties", lambda index: props)
 
     def compiled(regs, shared):
@@ -420,8 +442,9 @@ def test_choose_config_waves_by_regime():
     assert (many.ctas_per_sm, many.waves, many.idle_exit, many.max_programs) == (8, 1, False, None)
     assert many.target_programs is None
     assert K.choose_config(128, 64, 768, 128).ctas_per_sm == 4
-    assert {(c.block_m, c.block_c, c.num_warps) for c in (K.choose_config(128, n, 768, 128) for n in (17, 128, 4096))} \
-        == {(many.block_m, many.block_c, many.num_warps)}
+    assert {
+        (c.block_m, c.block_c, c.num_warps) for c in (K.choose_config(128, n, 768, 128) for n in (17, 128, 4096))
+    } == {(many.block_m, many.block_c, many.num_warps)}
     # E > 64 with the row bound at most E (Qwen3-Next EP1, 32 tokens: 320 rows over 512 experts): one-row
     # items, exactly one program per item the row bound allows
     tiny = K.choose_config(512, 32, 512, 128, 10)
@@ -440,7 +463,9 @@ def test_waves_follow_the_target_in_whole_waves_between_the_bounds():
     target = KernelConfig(block_m=2, block_c=1024, waves=4, target_programs=6566, max_waves=16)
     assert waves_for(target, 1188) == 6  # 5.53 waves -> 6 (DSV3 EP8 prefill on 132 SMs x 9)
     assert waves_for(target, 1320) == 5  # 4.97 -> 5
-    assert waves_for(KernelConfig(block_m=2, block_c=1024, waves=4, target_programs=22960), 1188) == 16  # Mixtral: at most 16
+    assert (
+        waves_for(KernelConfig(block_m=2, block_c=1024, waves=4, target_programs=22960), 1188) == 16
+    )  # Mixtral: at most 16
     assert waves_for(KernelConfig(block_m=2, block_c=1024, waves=4, target_programs=1651), 1320) == 4  # at least 4
     assert waves_for(KernelConfig(block_m=2, block_c=1024, waves=4, target_programs=10**9, max_waves=2), 1) == 4
 
@@ -451,8 +476,11 @@ def test_item_bound_bounds_the_items_of_every_masked_m_within_the_row_bound():
     K = pytest.importorskip("sglang_moe_plugins.plugins.triton_smq.tuning")
     for E, N, BM, topk in itertools.product((1, 2, 3), (1, 2, 3, 5), (1, 2, 4), (1, 2, 8)):
         rows = min(E * N, N * topk)
-        most = max(sum(-(-m // BM) for m in counts) for counts in itertools.product(range(N + 1), repeat=E)
-                   if sum(counts) <= rows)
+        most = max(
+            sum(-(-m // BM) for m in counts)
+            for counts in itertools.product(range(N + 1), repeat=E)
+            if sum(counts) <= rows
+        )
         bound = K.item_bound(E, N, 96, BM, 32, topk)
         assert bound >= most * 3, (E, N, BM, topk)  # a program cap below it could leave items to fewer programs
         if BM == 1:
@@ -541,8 +569,18 @@ def test_argument_plan_matches_the_kernel_signature():
     from sglang_moe_plugins.plugins.triton_common import ordered_arguments
     from sglang_moe_plugins.plugins.triton_smq import launch as K
 
-    plan = K.plan_launch(5, 7, 256, group_size=128, scale_strides=(14, 1, 8), swiglu_limit=7.0, swizzle=True,
-                         ue8m0=False, device_index=None, pointers=("gateup", "m", "out", "scale"))
+    plan = K.plan_launch(
+        5,
+        7,
+        256,
+        group_size=128,
+        scale_strides=(14, 1, 8),
+        swiglu_limit=7.0,
+        swizzle=True,
+        ue8m0=False,
+        device_index=None,
+        pointers=("gateup", "m", "out", "scale"),
+    )
     kwargs = plan.kwargs_dict
     runtime = ("gateup", "m", "out", "scale") + plan.runtime
     fn = K.silu_mul_quant_kernel.fn
@@ -554,7 +592,9 @@ def test_argument_plan_matches_the_kernel_signature():
     assert plan.runtime == (5, 7, 14, 1, 8, 7.0)
     assert {"num_warps", "num_stages"} <= set(kwargs) - set(signature.parameters)
     with pytest.raises(KeyError, match="BLOCK_E"):
-        ordered_arguments(K.silu_mul_quant_kernel.arg_names, runtime, {k: v for k, v in kwargs.items() if k != "BLOCK_E"})
+        ordered_arguments(
+            K.silu_mul_quant_kernel.arg_names, runtime, {k: v for k, v in kwargs.items() if k != "BLOCK_E"}
+        )
 
 
 class _RecordingCompiled:
@@ -581,7 +621,7 @@ def test_low_level_launch_passes_hooks_only_when_installed(monkeypatch):
 
     from sglang_moe_plugins.plugins import triton_common as L
 
-    monkeypatch.setattr(L, "_stream_getter", lambda: (lambda index: 7000 + index))
+    monkeypatch.setattr(L, "_stream_getter", lambda: lambda index: 7000 + index)
     compiled = _RecordingCompiled()
     low = L.LowLevelLaunch(compiled, (9, 1, 1), (11, 22.0, True), device_index=3)
     low(101, 102)

@@ -81,8 +81,9 @@ SILU_CASES = [
 
 
 @pytest.mark.parametrize("E, N, D, gs, layout, limit, swizzle", SILU_CASES)
-def test_silu_prepared_launch_compiles_and_passes_what_the_jit_launch_would(monkeypatch, specialise, E, N, D, gs,
-                                                                          layout, limit, swizzle):
+def test_silu_prepared_launch_compiles_and_passes_what_the_jit_launch_would(
+    monkeypatch, specialise, E, N, D, gs, layout, limit, swizzle
+):
     from sglang_moe_plugins.plugins.triton_smq import launch as K
     from sglang_moe_plugins.plugins.triton_smq.tuning import choose_config
 
@@ -91,9 +92,12 @@ def test_silu_prepared_launch_compiles_and_passes_what_the_jit_launch_would(monk
     monkeypatch.setattr(K, "sm_count", lambda index: 132)
     monkeypatch.setattr(K, "_resident", lambda index, args, constexprs, num_warps: 8)
     compiled = []
-    monkeypatch.setattr(K, "compile_specialisation",
-                        lambda jit_fn, args, kwargs, index: compiled.append((jit_fn, args, kwargs, index)) or _Compiled())
-    monkeypatch.setattr(L, "_stream_getter", lambda: (lambda index: 0))
+    monkeypatch.setattr(
+        K,
+        "compile_specialisation",
+        lambda jit_fn, args, kwargs, index: compiled.append((jit_fn, args, kwargs, index)) or _Compiled(),
+    )
+    monkeypatch.setattr(L, "_stream_getter", lambda: lambda index: 0)
 
     shape = SiluMulQuantShape(E, N, D, gs, 8)
     config = SiluMulQuantConfig(Platform.cuda(9, 0), scale_layout=layout, swiglu_limit=limit, swizzle=swizzle)
@@ -109,11 +113,19 @@ def test_silu_prepared_launch_compiles_and_passes_what_the_jit_launch_would(monk
     masked_m = torch.empty(E, dtype=torch.int32)
     outputs = allocate_outputs(shape, config, torch.device("cpu"))
     assert tuple(outputs.scale.stride()) == expected_scale_strides(shape, config)[1]
-    plan = K.plan_launch(E, N, D, group_size=gs, scale_strides=outputs.scale.stride(),
-                         swiglu_limit=None if limit is None else round_to_bf16(limit),
-                         swizzle=swizzle, ue8m0=config.scale_ue8m0,
-                         config=choose_config(E, N, D, gs, 8), device_index=0,
-                         pointers=(gateup, masked_m, outputs.out, outputs.scale))
+    plan = K.plan_launch(
+        E,
+        N,
+        D,
+        group_size=gs,
+        scale_strides=outputs.scale.stride(),
+        swiglu_limit=None if limit is None else round_to_bf16(limit),
+        swizzle=swizzle,
+        ue8m0=config.scale_ue8m0,
+        config=choose_config(E, N, D, gs, 8),
+        device_index=0,
+        pointers=(gateup, masked_m, outputs.out, outputs.scale),
+    )
     tensors = (gateup, masked_m, outputs.out, outputs.scale)
     assert all(t.data_ptr() % 16 == 0 for t in tensors)
     jit_values, jit_spec, jit_options = specialise(K.silu_mul_quant_kernel, tensors + plan.runtime, plan.kwargs_dict)
@@ -126,8 +138,9 @@ def test_silu_prepared_launch_compiles_and_passes_what_the_jit_launch_would(monk
     assert all(s[1] is None for s in jit_spec[4:10])  # N, E and the strides: never specialised by value
     # The launcher gets the pointers (per call), then exactly the JIT launch's remaining arguments.
     assert low.tail == jit_values[4:]
-    assert low.tail == ordered_arguments(K.silu_mul_quant_kernel.arg_names, tensors + plan.runtime,
-                                         plan.kwargs_dict)[4:]
+    assert (
+        low.tail == ordered_arguments(K.silu_mul_quant_kernel.arg_names, tensors + plan.runtime, plan.kwargs_dict)[4:]
+    )
     assert low.grid == (plan.grid[0], 1, 1)
 
 
@@ -164,12 +177,20 @@ def test_pre_dispatch_prepared_arguments_compile_what_the_jit_launch_would(speci
     x = torch.empty(T, H, dtype=torch.bfloat16)
     ids = torch.empty(T, K, dtype=torch.int32)
     w = torch.empty(T, K, dtype=torch.float32)
-    options = dict(variant=variant, routed_scaling_factor=2.5, shared_x_sf=shared_sf, shared_block_m=96 if shared else 0,
-                   tiling=None, use_pdl=True)
+    options = dict(
+        variant=variant,
+        routed_scaling_factor=2.5,
+        shared_x_sf=shared_sf,
+        shared_block_m=96 if shared else 0,
+        tiling=None,
+        use_pdl=True,
+    )
     buffers = (buf_x, buf_x_sf, buf_idx, buf_w)
     strides = (x.stride(0), ids.stride(0), w.stride(0))
     grid, jit_args, jit_kwargs = P._arguments(x, ids, w, strides, T, H, *buffers, **options)
-    grid_p, prepared_args, prepared_kwargs = P._arguments(x.dtype, ids.dtype, w.dtype, strides, T, H, *buffers, **options)
+    grid_p, prepared_args, prepared_kwargs = P._arguments(
+        x.dtype, ids.dtype, w.dtype, strides, T, H, *buffers, **options
+    )
     kernel = P.pre_dispatch_kernel()
     assert all(a.data_ptr() % 16 == 0 for a in jit_args if isinstance(a, torch.Tensor))
     jit_values, jit_spec, jit_options = specialise(kernel, jit_args, jit_kwargs)

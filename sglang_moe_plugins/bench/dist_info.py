@@ -23,8 +23,9 @@ __all__ = ["write_dist_info", "temporary_site", "checkout_dist_info", "checkout_
 KERNELS_GROUP = "sglang_moe_plugins.kernels"
 
 
-def write_dist_info(site: str | pathlib.Path, name: str, version: str,
-                    groups: Mapping[str, Mapping[str, str]]) -> pathlib.Path:
+def write_dist_info(
+    site: str | pathlib.Path, name: str, version: str, groups: Mapping[str, Mapping[str, str]]
+) -> pathlib.Path:
     """Write ``site/<name>-<version>.dist-info`` (``METADATA``, ``entry_points.txt`` with ``groups``:
     group -> entry point name -> ``module:attr``); returns the dist-info directory."""
     info = pathlib.Path(site) / f"{name.replace('-', '_')}-{version}.dist-info"

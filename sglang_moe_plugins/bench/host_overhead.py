@@ -15,9 +15,25 @@ import torch
 
 from .dist_info import temporary_site
 
-__all__ = ["REPEATS", "CALLS", "SMQ_TARGET", "SHAPES", "CPU_SHAPES", "NOOP_MODULE", "time_calls", "row", "inputs_for",
-           "sglang_kwargs", "install_noop_distribution", "cpu_section", "sglang_dsv4_branch", "gpu_section", "versions",
-           "device_name", "markdown"]
+__all__ = [
+    "REPEATS",
+    "CALLS",
+    "SMQ_TARGET",
+    "SHAPES",
+    "CPU_SHAPES",
+    "NOOP_MODULE",
+    "time_calls",
+    "row",
+    "inputs_for",
+    "sglang_kwargs",
+    "install_noop_distribution",
+    "cpu_section",
+    "sglang_dsv4_branch",
+    "gpu_section",
+    "versions",
+    "device_name",
+    "markdown",
+]
 
 REPEATS, CALLS = 5, 1000
 SMQ_TARGET = "sglang.srt.layers.moe.moe_runner.deep_gemm._varlen_deep_gemm_silu_mul_quant"
@@ -50,8 +66,13 @@ def time_calls(fn: Callable[[], Any], repeats: int, calls: int, sync: Callable[[
 
 
 def row(path: str, shape: str, runs: list[float] | None, note: str = "") -> dict:
-    return {"path": path, "shape": shape, "us": statistics.median(runs) if runs else None,
-            "runs_us": [round(r, 3) for r in runs] if runs else None, "note": note}
+    return {
+        "path": path,
+        "shape": shape,
+        "us": statistics.median(runs) if runs else None,
+        "runs_us": [round(r, 3) for r in runs] if runs else None,
+        "note": note,
+    }
 
 
 def inputs_for(e: int, n: int, d: int, device: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,8 +84,16 @@ def inputs_for(e: int, n: int, d: int, device: str, seed: int = 0) -> tuple[torc
 
 def sglang_kwargs(topk: int, limit: float | None, tokens: int) -> dict:
     """The keyword arguments SGLang 0.5.23's DeepGEMM runner passes (deep_gemm.py: group_size onward)."""
-    return dict(group_size=128, topk=topk, swiglu_limit=limit, swizzle=False, gemm1_alpha=None,
-                gemm1_clamp_limit=None, num_real_tokens=tokens, silu_mul_keep_fp32=False)
+    return dict(
+        group_size=128,
+        topk=topk,
+        swiglu_limit=limit,
+        swizzle=False,
+        gemm1_alpha=None,
+        gemm1_clamp_limit=None,
+        num_real_tokens=tokens,
+        silu_mul_keep_fp32=False,
+    )
 
 
 def _call_setup(e: int, n: int, d: int, topk: int, limit: float | None, device: str) -> tuple:
@@ -79,7 +108,6 @@ def _call_setup(e: int, n: int, d: int, topk: int, limit: float | None, device: 
     outputs = smq.allocate_outputs(shape, config, gateup.device)
     sizes, strides = smq.expected_scale_strides(shape, config)
     return gateup, masked, kwargs, shape, config, inputs, outputs, sizes, strides
-
 
 
 # ------------------------------------------------------------------------------------------ cpu
@@ -116,8 +144,12 @@ class NoopPrepared(NoopRun):
 
 def install_noop_distribution() -> pathlib.Path:
     """A ``bench_noop_plugins-0.1.dist-info`` with two kernel entry points, on ``sys.path``."""
-    return temporary_site("host_overhead_site_", "bench-noop-plugins", {"bench_noop_plugins": NOOP_MODULE},
-                          {"noop_run": "bench_noop_plugins:NoopRun", "noop_prepared": "bench_noop_plugins:NoopPrepared"})
+    return temporary_site(
+        "host_overhead_site_",
+        "bench-noop-plugins",
+        {"bench_noop_plugins": NOOP_MODULE},
+        {"noop_run": "bench_noop_plugins:NoopRun", "noop_prepared": "bench_noop_plugins:NoopPrepared"},
+    )
 
 
 def cpu_section(repeats: int, calls: int) -> dict:
@@ -142,10 +174,17 @@ def cpu_section(repeats: int, calls: int) -> dict:
         return {"skipped": f"{SMQ_TARGET} is not hooked after load_plugins()", "rows": []}
     rows = []
     for label, e, n, d, topk, limit, _ in CPU_SHAPES:
-        gateup, masked, kwargs, shape, config, inputs, outputs, sizes, strides = _call_setup(e, n, d, topk, limit, "cpu")
+        gateup, masked, kwargs, shape, config, inputs, outputs, sizes, strides = _call_setup(
+            e, n, d, topk, limit, "cpu"
+        )
         alloc = time_calls(
-            lambda: (torch.empty((e, n, d), dtype=torch.float8_e4m3fn), torch.empty_strided(sizes, strides, dtype=torch.float32)),
-            repeats, calls)
+            lambda: (
+                torch.empty((e, n, d), dtype=torch.float8_e4m3fn),
+                torch.empty_strided(sizes, strides, dtype=torch.float32),
+            ),
+            repeats,
+            calls,
+        )
         rows.append(row("`torch.empty` of both outputs (SGLang's own function allocates them too)", label, alloc))
         for plugin_name in ("noop_run", "noop_prepared"):
             api.reload(parse_config({"force": {smq.OP: plugin_name}}))
@@ -164,11 +203,25 @@ def cpu_section(repeats: int, calls: int) -> dict:
                 raise RuntimeError(f"the hooked call did not run {plugin_name!r}: {chosen}")
             through = time_calls(lambda: hooked(gateup, masked, **kwargs), repeats, calls)
             rows.append(row(bare_path, label, bare))
-            rows.append(row(f"SGLang's hooked `_varlen_deep_gemm_silu_mul_quant`, `{plugin_name}` forced", label, through))
-            rows.append(row(f"hooked - bare, `{plugin_name}`", label, [t - b for t, b in zip(through, bare)],
-                            "difference of the per-repeat times"))
-            rows.append(row(f"plugin layer cost, `{plugin_name}` (hooked - bare - allocation; target <= 8 us)", label,
-                            [t - b - a for t, b, a in zip(through, bare, alloc)], "difference of the per-repeat times"))
+            rows.append(
+                row(f"SGLang's hooked `_varlen_deep_gemm_silu_mul_quant`, `{plugin_name}` forced", label, through)
+            )
+            rows.append(
+                row(
+                    f"hooked - bare, `{plugin_name}`",
+                    label,
+                    [t - b for t, b in zip(through, bare)],
+                    "difference of the per-repeat times",
+                )
+            )
+            rows.append(
+                row(
+                    f"plugin layer cost, `{plugin_name}` (hooked - bare - allocation; target <= 8 us)",
+                    label,
+                    [t - b - a for t, b, a in zip(through, bare, alloc)],
+                    "difference of the per-repeat times",
+                )
+            )
     api.reload()
     return {"rows": rows}
 
@@ -179,8 +232,18 @@ def sglang_dsv4_branch(dsv4_wrapper: Callable[..., None], ue8m0: bool):
     (deep_gemm.py 1550-1645), over ``dsv4_wrapper`` (SGLang's ``silu_and_mul_masked_post_quant`` as
     :mod:`.sglang_kernels` builds it). Also the stand-in ``original`` for our hook."""
 
-    def original(gateup_output, masked_m, group_size, topk, swiglu_limit=None, swizzle=False, gemm1_alpha=None,
-                 gemm1_clamp_limit=None, num_real_tokens=None, silu_mul_keep_fp32=False):
+    def original(
+        gateup_output,
+        masked_m,
+        group_size,
+        topk,
+        swiglu_limit=None,
+        swizzle=False,
+        gemm1_alpha=None,
+        gemm1_clamp_limit=None,
+        num_real_tokens=None,
+        silu_mul_keep_fp32=False,
+    ):
         if masked_m is None:  # SGLang's own asserts, kept as raises (an assert vanishes under python -O)
             raise AssertionError("masked_m is required")
         hidden_states_device = gateup_output.device
@@ -194,14 +257,29 @@ def sglang_dsv4_branch(dsv4_wrapper: Callable[..., None], ue8m0: bool):
             raise NotImplementedError("gpt-oss branch not built for the benchmark")
         if swiglu_limit is not None or swizzle or silu_mul_keep_fp32:
             if not (N % 4 == 0 and G % 4 == 0 and D // 8 >= E):
-                raise AssertionError(f"DSV4 JIT activation requires N % 4 == 0, G % 4 == 0 and D // 8 >= num_experts, "
-                                     f"got N={N} G={G} D={D} E={E}")
+                raise AssertionError(
+                    f"DSV4 JIT activation requires N % 4 == 0, G % 4 == 0 and D // 8 >= num_experts, "
+                    f"got N={N} G={G} D={D} E={E}"
+                )
             packed_ue8m0 = ue8m0
             down_input = torch.empty((E, N, D), device=hidden_states_device, dtype=torch.float8_e4m3fn)
-            down_input_scale = torch.empty((E, G // 4, N) if packed_ue8m0 else (E, N, G), device=hidden_states_device,
-                                           dtype=torch.int32 if packed_ue8m0 else torch.float32)
-            dsv4_wrapper(gateup_output, down_input, down_input_scale, group_size, masked_m, scale_ue8m0=packed_ue8m0,
-                         topk=topk, transposed=packed_ue8m0, swiglu_limit=swiglu_limit, swizzle=swizzle)
+            down_input_scale = torch.empty(
+                (E, G // 4, N) if packed_ue8m0 else (E, N, G),
+                device=hidden_states_device,
+                dtype=torch.int32 if packed_ue8m0 else torch.float32,
+            )
+            dsv4_wrapper(
+                gateup_output,
+                down_input,
+                down_input_scale,
+                group_size,
+                masked_m,
+                scale_ue8m0=packed_ue8m0,
+                topk=topk,
+                transposed=packed_ue8m0,
+                swiglu_limit=swiglu_limit,
+                swizzle=swizzle,
+            )
             if packed_ue8m0:
                 down_input_scale = down_input_scale.transpose(-1, -2)
             return down_input, down_input_scale
@@ -250,16 +328,35 @@ def gpu_section(repeats: int, calls: int, jit_root: pathlib.Path, prebuilt: path
             rows.append(row(path, label, None, f"failed: {type(exc).__name__}: {exc}"[:300]))
 
     for label, e, n, d, topk, limit, sglang_too in SHAPES:
-        gateup, masked, kwargs, shape, config, inputs, outputs, sizes, strides = _call_setup(e, n, d, topk, limit, "cuda")
+        gateup, masked, kwargs, shape, config, inputs, outputs, sizes, strides = _call_setup(
+            e, n, d, topk, limit, "cuda"
+        )
         add("`torch.empty_like(scale)`", label, lambda: torch.empty_like(outputs.scale))
-        add("`torch.empty` of both outputs", label,
-            lambda: (torch.empty((e, n, d), dtype=torch.float8_e4m3fn, device="cuda"),
-                     torch.empty_strided(sizes, strides, dtype=torch.float32, device="cuda")))
+        add(
+            "`torch.empty` of both outputs",
+            label,
+            lambda: (
+                torch.empty((e, n, d), dtype=torch.float8_e4m3fn, device="cuda"),
+                torch.empty_strided(sizes, strides, dtype=torch.float32, device="cuda"),
+            ),
+        )
         kconfig = choose_config(e, n, d, 128, topk)
         klimit = None if limit is None else round_to_bf16(limit)
-        add("Triton `launch` of our kernel (JIT dispatch, config chosen)", label,
-            lambda: kernel.launch(gateup, masked, outputs.out, outputs.scale, group_size=128, swiglu_limit=klimit,
-                                  swizzle=False, ue8m0=False, config=kconfig))
+        add(
+            "Triton `launch` of our kernel (JIT dispatch, config chosen)",
+            label,
+            lambda: kernel.launch(
+                gateup,
+                masked,
+                outputs.out,
+                outputs.scale,
+                group_size=128,
+                swiglu_limit=klimit,
+                swizzle=False,
+                ue8m0=False,
+                config=kconfig,
+            ),
+        )
         plugin = TritonPlugin()
         prepare = getattr(plugin, "prepare", None)
         launch = prepare(shape, config) if callable(prepare) else None
@@ -270,14 +367,27 @@ def gpu_section(repeats: int, calls: int, jit_root: pathlib.Path, prebuilt: path
         add("`Selector` bound call (allocates the outputs)", label, lambda: selector.call(bound, inputs))
         if sglang_too and jit is not None:
             original = sglang_dsv4_branch(jit.silu_and_mul_masked_post_quant, ue8m0=False)
-            add("SGLang's own call of its DSV4 JIT kernel (its Python path, wrapper, tvm-ffi)", label,
-                lambda: original(gateup, masked, **kwargs))
+            add(
+                "SGLang's own call of its DSV4 JIT kernel (its Python path, wrapper, tvm-ffi)",
+                label,
+                lambda: original(gateup, masked, **kwargs),
+            )
         else:
             original = _unexpected_original
             if sglang_too:
-                rows.append(row("SGLang's own call of its DSV4 JIT kernel (its Python path, wrapper, tvm-ffi)", label, None, jit_note))
-        add("our hook `silu_mul_quant_hook(original, ...)` running `triton`", label,
-            lambda: silu_mul_quant_hook(original, gateup, masked, **kwargs))
+                rows.append(
+                    row(
+                        "SGLang's own call of its DSV4 JIT kernel (its Python path, wrapper, tvm-ffi)",
+                        label,
+                        None,
+                        jit_note,
+                    )
+                )
+        add(
+            "our hook `silu_mul_quant_hook(original, ...)` running `triton`",
+            label,
+            lambda: silu_mul_quant_hook(original, gateup, masked, **kwargs),
+        )
     return {"rows": rows}
 
 
@@ -305,10 +415,14 @@ def device_name() -> str:
 
 def markdown(result: dict) -> str:
     meta = result["meta"]
-    lines = [f"# Host time per eager call ({meta['device']}, {meta['date']})", "",
-             f"Commit {meta['commit']}; median of {meta['repeats']} x {meta['calls']} back-to-back calls, in us; "
-             f"{meta['cpu_count']} CPUs, load average {meta['load_average_1_5_15_min']} when written; "
-             f"versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v), ""]
+    lines = [
+        f"# Host time per eager call ({meta['device']}, {meta['date']})",
+        "",
+        f"Commit {meta['commit']}; median of {meta['repeats']} x {meta['calls']} back-to-back calls, in us; "
+        f"{meta['cpu_count']} CPUs, load average {meta['load_average_1_5_15_min']} when written; "
+        f"versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v),
+        "",
+    ]
     for name, section in result["sections"].items():
         lines.append(f"## {name}")
         lines.append("")
@@ -328,5 +442,3 @@ def markdown(result: dict) -> str:
             lines.append(f"| {path} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
-
-

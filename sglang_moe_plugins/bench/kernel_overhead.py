@@ -64,18 +64,37 @@ def silu_section(iters: int, repeats: int) -> list[dict[str, Any]]:
         low = getattr(launch, "low_level", None)
         kcfg = choose_config(E, N, D, 128, 8)
         index = torch.cuda.current_device()
-        plan = K.plan_launch(E, N, D, group_size=128, scale_strides=outputs.scale.stride(), swiglu_limit=10.0,
-                             swizzle=False, ue8m0=True, config=kcfg, device_index=index,
-                             pointers=(x, m, outputs.out, outputs.scale))
+        plan = K.plan_launch(
+            E,
+            N,
+            D,
+            group_size=128,
+            scale_strides=outputs.scale.stride(),
+            swiglu_limit=10.0,
+            swizzle=False,
+            ue8m0=True,
+            config=kcfg,
+            device_index=index,
+            pointers=(x, m, outputs.out, outputs.scale),
+        )
         grid, runtime, kwargs = plan.grid, plan.runtime, plan.kwargs_dict
         ptrs = (x.data_ptr(), m.data_ptr(), outputs.out.data_ptr(), outputs.scale.data_ptr())
         cases: dict[str, Callable[[], Any]] = {
             "torch.empty_like(scale)": lambda: torch.empty_like(outputs.scale),
             "launch (JIT dispatch, decisions per call)": lambda: K.launch(
-                x, m, outputs.out, outputs.scale, group_size=128, swiglu_limit=10.0, swizzle=False, ue8m0=True,
-                config=kcfg),
+                x,
+                m,
+                outputs.out,
+                outputs.scale,
+                group_size=128,
+                swiglu_limit=10.0,
+                swizzle=False,
+                ue8m0=True,
+                config=kcfg,
+            ),
             "JIT dispatch alone (kernel[grid], precomputed args)": lambda: kernel_module.silu_mul_quant_kernel[grid](
-                x, m, outputs.out, outputs.scale, *runtime, **kwargs),
+                x, m, outputs.out, outputs.scale, *runtime, **kwargs
+            ),
             "prepared launch (tensors)": lambda: launch(x, m, outputs.out, outputs.scale),
             "prepared bound op (inputs, outputs)": lambda: bound(inputs, outputs),
             "TritonPlugin.run (prepared per key)": lambda: plugin.run(inputs, outputs, shape, config),
@@ -83,13 +102,32 @@ def silu_section(iters: int, repeats: int) -> list[dict[str, Any]]:
         if low is not None:
             cases["LowLevelLaunch alone (pointer ints)"] = lambda: low(*ptrs)
         for name, fn in cases.items():
-            rows.append({"section": "silu_mul_quant", "shape": f"{label} E={E} N={N} D={D}", "path": name,
-                         "us_per_call": round(time_host(fn, iters, repeats), 2)})
-        rows.append({"section": "silu_mul_quant", "shape": f"{label} E={E} N={N} D={D}", "path": "low-level entry used",
-                     "us_per_call": None, "note": str(low is not None)})
-        rows.append({"section": "silu_mul_quant", "shape": f"{label} E={E} N={N} D={D}",
-                     "path": "cProfile of TritonPlugin.run (prepared)", "us_per_call": None,
-                     "note": profile_top(cases["TritonPlugin.run (prepared per key)"], iters)})
+            rows.append(
+                {
+                    "section": "silu_mul_quant",
+                    "shape": f"{label} E={E} N={N} D={D}",
+                    "path": name,
+                    "us_per_call": round(time_host(fn, iters, repeats), 2),
+                }
+            )
+        rows.append(
+            {
+                "section": "silu_mul_quant",
+                "shape": f"{label} E={E} N={N} D={D}",
+                "path": "low-level entry used",
+                "us_per_call": None,
+                "note": str(low is not None),
+            }
+        )
+        rows.append(
+            {
+                "section": "silu_mul_quant",
+                "shape": f"{label} E={E} N={N} D={D}",
+                "path": "cProfile of TritonPlugin.run (prepared)",
+                "us_per_call": None,
+                "note": profile_top(cases["TritonPlugin.run (prepared per key)"], iters),
+            }
+        )
     return rows
 
 
@@ -106,18 +144,32 @@ def pre_dispatch_section(iters: int, repeats: int) -> list[dict[str, Any]]:
     ids = torch.randint(0, 8, (tokens, top_k), device="cuda", dtype=torch.int32, generator=gen)
     ids64 = ids.to(torch.int64)
     w = torch.rand(tokens, top_k, device="cuda", generator=gen)
-    bufs = [torch.empty((rows_p, hidden), dtype=torch.float8_e4m3fn, device="cuda"),
-            torch.empty((rows_p, hidden // 128), device="cuda"),
-            torch.empty((rows_p, top_k), dtype=torch.int64, device="cuda"),
-            torch.empty((rows_p, top_k), device="cuda")]
+    bufs = [
+        torch.empty((rows_p, hidden), dtype=torch.float8_e4m3fn, device="cuda"),
+        torch.empty((rows_p, hidden // 128), device="cuda"),
+        torch.empty((rows_p, top_k), dtype=torch.int64, device="cuda"),
+        torch.empty((rows_p, top_k), device="cuda"),
+    ]
     launcher = P.prepare_pre_dispatch(*bufs, variant=variant)
     launcher(x, ids, w)
     plan = next(iter(launcher._plans.values()))
     low = getattr(plan, "low_level", None)
     use_pdl = P._use_pdl(x.device)
-    planned = P._arguments(x, ids, w, (x.stride(0), ids.stride(0), w.stride(0)), tokens, hidden, *bufs,
-                           variant=variant, routed_scaling_factor=1.0, shared_x_sf=None, shared_block_m=0,
-                           tiling=None, use_pdl=use_pdl)
+    planned = P._arguments(
+        x,
+        ids,
+        w,
+        (x.stride(0), ids.stride(0), w.stride(0)),
+        tokens,
+        hidden,
+        *bufs,
+        variant=variant,
+        routed_scaling_factor=1.0,
+        shared_x_sf=None,
+        shared_block_m=0,
+        tiling=None,
+        use_pdl=use_pdl,
+    )
     grid, args, kwargs = planned
     kernel = pre_dispatch_kernel()
     leading = (x.data_ptr(), x.stride(0), ids.data_ptr(), ids.stride(0), w.data_ptr(), w.stride(0))
@@ -131,7 +183,9 @@ def pre_dispatch_section(iters: int, repeats: int) -> list[dict[str, Any]]:
         "  the plugin's per-call import statement": import_statement,
         "  choose_tiling": lambda: P.choose_tiling(tokens, hidden, 128),
         "  PDL probe (_use_pdl, cached capability)": lambda: P._use_pdl(device),
-        "  torch.cuda.get_device_capability (per call before issue 12)": lambda: torch.cuda.get_device_capability(device),
+        "  torch.cuda.get_device_capability (per call before issue 12)": lambda: torch.cuda.get_device_capability(
+            device
+        ),
         "JIT dispatch alone (kernel[grid], precomputed args)": lambda: kernel[grid](*args, **kwargs),
         "prepared launcher (x, topk_ids, topk_weights)": lambda: launcher(x, ids, w),
         "mega_deep_gemm.run: topk_ids.to(int32), int32 ids (no-op)": lambda: ids.to(torch.int32),
@@ -147,7 +201,8 @@ def pre_dispatch_section(iters: int, repeats: int) -> list[dict[str, Any]]:
         host = getattr(deep_gemm, "mega_moe_pre_dispatch_sm90", None)
         if host is not None:
             cases["deep_gemm.mega_moe_pre_dispatch_sm90 (host kernel)"] = lambda: host(
-                x, ids, w, *bufs, num_tokens=tokens, group_size=128, routed_scaling_factor=1.0)
+                x, ids, w, *bufs, num_tokens=tokens, group_size=128, routed_scaling_factor=1.0
+            )
     except Exception:  # noqa: BLE001 - no sgl-deep-gemm here
         pass
     out = []
@@ -158,10 +213,24 @@ def pre_dispatch_section(iters: int, repeats: int) -> list[dict[str, Any]]:
         except Exception as exc:  # noqa: BLE001 - report, keep the other rows
             value, note = None, f"{type(exc).__name__}: {exc}"
         out.append({"section": "mega_pre_dispatch", "shape": shape, "path": name, "us_per_call": value, "note": note})
-    out.append({"section": "mega_pre_dispatch", "shape": shape, "path": "low-level entry used", "us_per_call": None,
-                "note": str(low is not None)})
-    out.append({"section": "mega_pre_dispatch", "shape": shape, "path": "cProfile of pre_dispatch (JIT path)",
-                "us_per_call": None, "note": profile_top(lambda: P.pre_dispatch(x, ids, w, *bufs, variant=variant), iters)})
+    out.append(
+        {
+            "section": "mega_pre_dispatch",
+            "shape": shape,
+            "path": "low-level entry used",
+            "us_per_call": None,
+            "note": str(low is not None),
+        }
+    )
+    out.append(
+        {
+            "section": "mega_pre_dispatch",
+            "shape": shape,
+            "path": "cProfile of pre_dispatch (JIT path)",
+            "us_per_call": None,
+            "note": profile_top(lambda: P.pre_dispatch(x, ids, w, *bufs, variant=variant), iters),
+        }
+    )
     return out
 
 
@@ -186,5 +255,7 @@ def profile_top(fn: Callable[[], Any], iters: int, top: int = 25) -> list[str]:
     for (filename, line, name), (_cc, ncalls, tottime, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]
         rows.append((tottime, cumtime, ncalls, f"{pathlib.Path(filename).name}:{line}({name})"))
     rows.sort(reverse=True)
-    return [f"self {t / iters * 1e6:7.2f} us  cum {c / iters * 1e6:7.2f} us  x{n / iters:.1f}  {where}"
-            for t, c, n, where in rows[:top]]
+    return [
+        f"self {t / iters * 1e6:7.2f} us  cum {c / iters * 1e6:7.2f} us  x{n / iters:.1f}  {where}"
+        for t, c, n, where in rows[:top]
+    ]

@@ -39,8 +39,16 @@ def commit(root: str | os.PathLike[str]) -> str:
 
 def driver() -> str:
     try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, check=True).stdout.strip().splitlines()[0]
+        return (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            .stdout.strip()
+            .splitlines()[0]
+        )
     except Exception:  # noqa: BLE001
         return "unknown"
 
@@ -99,7 +107,9 @@ def unfused(case: Any, deep_gemm: Any) -> Callable[[], Any]:
         tok = (ids == expert).nonzero(as_tuple=True)[0]
         a[expert, : tok.numel()] = xq[tok]
         a_sf[expert, : tok.numel()] = xs[tok]
-    a_sf = torch.empty_strided((e, m, h // 128), (h // 128 * m, 1, m), dtype=torch.float32, device=ids.device).copy_(a_sf)
+    a_sf = torch.empty_strided((e, m, h // 128), (h // 128 * m, 1, m), dtype=torch.float32, device=ids.device).copy_(
+        a_sf
+    )
     masked_m = counts.to(torch.int32).contiguous()
     expected_m = max(1, int(counts.float().mean().ceil()))
     w1 = nm.deinterleave_gate_up(inputs.l1_weights[0].view(torch.uint8), "gran8").view(torch.float8_e4m3fn).contiguous()
@@ -107,7 +117,9 @@ def unfused(case: Any, deep_gemm: Any) -> Callable[[], Any]:
     l2 = inputs.l2_weights
     d1 = torch.empty((e, m, 2 * inter), dtype=torch.bfloat16, device=ids.device)
     d2 = torch.empty((e, m, h), dtype=torch.bfloat16, device=ids.device)
-    sshape, sconfig = smq.describe(d1, masked_m, group_size=128, topk=shape.top_k, swiglu_limit=case.config.activation_clamp)
+    sshape, sconfig = smq.describe(
+        d1, masked_m, group_size=128, topk=shape.top_k, swiglu_limit=case.config.activation_clamp
+    )
     souts = smq.allocate_outputs(sshape, sconfig, d1.device)
     sinputs = smq.SiluMulQuantInputs(d1, masked_m)
     act = TritonPlugin()
@@ -123,17 +135,30 @@ def unfused(case: Any, deep_gemm: Any) -> Callable[[], Any]:
 
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     paths = ["direct", "plugin_host", "plugin_triton", "plugin_torch", "unfused"]
-    lines = [f"# SM90 MegaMoE on {meta['device']} ({meta['date']})", "",
-             f"commit {meta['commit']}, driver {meta['driver']}, " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), "",
-             "GPU time per call under CUDA graphs (us) / eager host issue time per call (us):", "",
-             "| shape | T | " + " | ".join(paths) + " |", "|---|---|" + "---|" * len(paths)]
+    lines = [
+        f"# SM90 MegaMoE on {meta['device']} ({meta['date']})",
+        "",
+        f"commit {meta['commit']}, driver {meta['driver']}, "
+        + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
+        "",
+        "GPU time per call under CUDA graphs (us) / eager host issue time per call (us):",
+        "",
+        "| shape | T | " + " | ".join(paths) + " |",
+        "|---|---|" + "---|" * len(paths),
+    ]
     for r in rows:
         cells = []
         for p in paths:
             v = r.get(p, {})
-            cells.append("error" if "error" in v or not v else f"{v['gpu_us'] if v['gpu_us'] is not None else '-'} / {v['eager_issue_us']}")
+            cells.append(
+                "error"
+                if "error" in v or not v
+                else f"{v['gpu_us'] if v['gpu_us'] is not None else '-'} / {v['eager_issue_us']}"
+            )
         lines.append(f"| {r['shape']} | {r['T']} | " + " | ".join(cells) + " |")
-    lines += ["", "`plugin_torch` is timed eagerly only (the torch pre-dispatch is the reference, not a fast path).",
-              "`unfused` = L1 grouped GEMM + Triton silu_mul_quant + L2 grouped GEMM, no dispatch / weights / combine."]
+    lines += [
+        "",
+        "`plugin_torch` is timed eagerly only (the torch pre-dispatch is the reference, not a fast path).",
+        "`unfused` = L1 grouped GEMM + Triton silu_mul_quant + L2 grouped GEMM, no dispatch / weights / combine.",
+    ]
     return "\n".join(lines) + "\n"
-

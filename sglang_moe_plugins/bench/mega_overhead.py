@@ -26,8 +26,6 @@ from .dist_info import temporary_site
 __all__ = ["NOOP_MODULE", "Experts", "eager_us", "cpu_time", "hook_kwargs", "cpu_hook_layer", "gpu_call_overhead"]
 
 
-
-
 def eager_us(fn: Callable[[], Any], calls: int = 1000, rounds: int = 5) -> float:
     """Median over ``rounds`` of the per-call host time (us) of ``calls`` calls, synchronized once per round."""
     for _ in range(20):
@@ -88,20 +86,35 @@ def cpu_time(fn: Callable[[], Any], calls: int = 20000, rounds: int = 5) -> list
 
 def hook_kwargs(shape: mm.MegaMoEShape, config: mm.MegaMoEConfig, tokens: int) -> dict[str, Any]:
     """The keyword arguments of SGLang's ``run_mega_routed_experts`` for one call."""
-    return dict(hidden_size=shape.hidden, intermediate_size=shape.intermediate, top_k=shape.top_k, num_tokens=tokens,
-                activation_clamp=config.activation_clamp, routed_scaling_factor=config.routed_scaling_factor,
-                activation="swiglu", num_shared_experts=0, shared_l1_weights=None, shared_l2_weights=None,
-                routing_in_buffer=False)
+    return dict(
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        top_k=shape.top_k,
+        num_tokens=tokens,
+        activation_clamp=config.activation_clamp,
+        routed_scaling_factor=config.routed_scaling_factor,
+        activation="swiglu",
+        num_shared_experts=0,
+        shared_l1_weights=None,
+        shared_l2_weights=None,
+        routing_in_buffer=False,
+    )
 
 
-def cpu_hook_layer(experts: int, hidden: int, inter: int, tokens: int, topk: int) -> tuple[dict[str, Any], Callable[[], torch.Tensor]]:
+def cpu_hook_layer(
+    experts: int, hidden: int, inter: int, tokens: int, topk: int
+) -> tuple[dict[str, Any], Callable[[], torch.Tensor]]:
     """The hook layer on CPU, through SGLang's real load_plugins() and hooked run_mega_routed_experts:
     ``(results, the hooked call)``."""
     for name in list(os.environ):
         if name.startswith("SGLANG_MOE_PLUGINS") or name == "SGLANG_PLUGINS":
             del os.environ[name]
-    temporary_site("mega_call_overhead_site_", "bench-noop-mega", {"bench_noop_mega": NOOP_MODULE},
-                   {"noop_mega": "bench_noop_mega:NoopMega"})
+    temporary_site(
+        "mega_call_overhead_site_",
+        "bench-noop-mega",
+        {"bench_noop_mega": NOOP_MODULE},
+        {"noop_mega": "bench_noop_mega:NoopMega"},
+    )
     from sglang.srt.layers.moe import mega_moe as host
     from sglang.srt.plugins import load_plugins
 
@@ -113,12 +126,28 @@ def cpu_hook_layer(experts: int, hidden: int, inter: int, tokens: int, topk: int
         raise SystemExit("run_mega_routed_experts is not hooked after load_plugins()")
     api.reload(parse_config({"force": {mm.OP: "noop_mega"}}))
     ma.reset()
-    p = make_problem("sm90_fp8", experts=experts, hidden=hidden, inter=inter, tokens=tokens,
-                     top_k=topk, device="cpu", seed=1, max_tokens_per_rank=max(tokens, 64))
+    p = make_problem(
+        "sm90_fp8",
+        experts=experts,
+        hidden=hidden,
+        inter=inter,
+        tokens=tokens,
+        top_k=topk,
+        device="cpu",
+        seed=1,
+        max_tokens_per_rank=max(tokens, 64),
+    )
     i, shape, config, t = p.inputs, p.shape, p.config, tokens
-    layer = Experts(_mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=False,
-                    _mega_moe_sm90_fp8_weights=True, num_experts=shape.num_experts, moe_ep_size=1,
-                    mega_l1_weights=i.l1_weights, mega_l2_weights=i.l2_weights)
+    layer = Experts(
+        _mega_moe_weights_built=True,
+        _mega_moe_nvfp4=False,
+        _mega_moe_w4a4=False,
+        _mega_moe_sm90_fp8_weights=True,
+        num_experts=shape.num_experts,
+        moe_ep_size=1,
+        mega_l1_weights=i.l1_weights,
+        mega_l2_weights=i.l2_weights,
+    )
     kwargs = hook_kwargs(shape, config, t)
     ma._settings = ma._Settings(shape.max_tokens_per_rank, False)
 
@@ -136,8 +165,13 @@ def cpu_hook_layer(experts: int, hidden: int, inter: int, tokens: int, topk: int
         return torch.empty((max(t, 1), shape.hidden), dtype=torch.bfloat16)
 
     rows = {"alloc_us": alloc, "hooked_us": through}
-    results = {"shape": shape.describe(), "tokens": t, "device": "cpu", "cpu_count": os.cpu_count(),
-               "load_average": [round(x, 2) for x in os.getloadavg()]}
+    results = {
+        "shape": shape.describe(),
+        "tokens": t,
+        "device": "cpu",
+        "cpu_count": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
     for name, fn in rows.items():
         runs = cpu_time(fn)
         results[name] = round(min(runs), 3)
@@ -146,30 +180,68 @@ def cpu_hook_layer(experts: int, hidden: int, inter: int, tokens: int, topk: int
     return results, through
 
 
-def gpu_call_overhead(experts: int, hidden: int, inter: int, tokens: int, topk: int, pre_dispatch: str) -> dict[str, Any]:
+def gpu_call_overhead(
+    experts: int, hidden: int, inter: int, tokens: int, topk: int, pre_dispatch: str
+) -> dict[str, Any]:
     """The GPU comparison on ``cuda:0`` in a process group of one rank (DeepGEMM needed)."""
     torch.cuda.set_device(0)
-    torch.distributed.init_process_group("nccl", init_method="tcp://127.0.0.1:29533", rank=0, world_size=1,
-                                         device_id=torch.device("cuda:0"))
+    torch.distributed.init_process_group(
+        "nccl", init_method="tcp://127.0.0.1:29533", rank=0, world_size=1, device_id=torch.device("cuda:0")
+    )
     group = torch.distributed.group.WORLD
     import deep_gemm
 
-    p = make_problem("sm90_fp8", experts=experts, hidden=hidden, inter=inter, tokens=tokens,
-                     top_k=topk, device="cuda", seed=1, max_tokens_per_rank=max(tokens, 64))
+    p = make_problem(
+        "sm90_fp8",
+        experts=experts,
+        hidden=hidden,
+        inter=inter,
+        tokens=tokens,
+        top_k=topk,
+        device="cuda",
+        seed=1,
+        max_tokens_per_rank=max(tokens, 64),
+    )
     inputs = dataclasses.replace(p.inputs, ep_group=group)
     shape, config, t = p.shape, p.config, tokens
 
     # (a) DeepGEMM directly, as SGLang's run_sm90_mega_routed makes the calls (buffer cached once)
-    buf = deep_gemm.get_symm_buffer_for_mega_moe(group, shape.num_experts, shape.max_tokens_per_rank, shape.top_k,
-                                                 shape.hidden, shape.intermediate, mma_type="fp8xfp4", activation="swiglu")
+    buf = deep_gemm.get_symm_buffer_for_mega_moe(
+        group,
+        shape.num_experts,
+        shape.max_tokens_per_rank,
+        shape.top_k,
+        shape.hidden,
+        shape.intermediate,
+        mma_type="fp8xfp4",
+        activation="swiglu",
+    )
 
     def direct() -> torch.Tensor:
         out = torch.empty((max(t, 1), shape.hidden), dtype=torch.bfloat16, device="cuda")
         ids, w = inputs.topk_ids.to(torch.int32), inputs.topk_weights.to(torch.float32)
-        deep_gemm.mega_moe_pre_dispatch_sm90(inputs.hidden_states, ids, w, buf.x, buf.x_sf, buf.topk_idx, buf.topk_weights,
-                                             num_tokens=t, group_size=128, routed_scaling_factor=config.routed_scaling_factor)
-        deep_gemm.fp8_mega_moe(out, inputs.l1_weights, inputs.l2_weights, buf, recipe=(128, 128, 128), activation="swiglu",
-                               activation_clamp=config.activation_clamp, fast_math=True)
+        deep_gemm.mega_moe_pre_dispatch_sm90(
+            inputs.hidden_states,
+            ids,
+            w,
+            buf.x,
+            buf.x_sf,
+            buf.topk_idx,
+            buf.topk_weights,
+            num_tokens=t,
+            group_size=128,
+            routed_scaling_factor=config.routed_scaling_factor,
+        )
+        deep_gemm.fp8_mega_moe(
+            out,
+            inputs.l1_weights,
+            inputs.l2_weights,
+            buf,
+            recipe=(128, 128, 128),
+            activation="swiglu",
+            activation_clamp=config.activation_clamp,
+            fast_math=True,
+        )
         return out
 
     # (b) the plugin's prepared launch
@@ -186,9 +258,16 @@ def gpu_call_overhead(experts: int, hidden: int, inter: int, tokens: int, topk: 
         return out.y
 
     # (c) the real hook: build_call (planned once per layer), the op bound once per plan, Selector.call
-    layer = Experts(_mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=False,
-                    _mega_moe_sm90_fp8_weights=True, num_experts=shape.num_experts, moe_ep_size=1,
-                    mega_l1_weights=inputs.l1_weights, mega_l2_weights=inputs.l2_weights)
+    layer = Experts(
+        _mega_moe_weights_built=True,
+        _mega_moe_nvfp4=False,
+        _mega_moe_w4a4=False,
+        _mega_moe_sm90_fp8_weights=True,
+        num_experts=shape.num_experts,
+        moe_ep_size=1,
+        mega_l1_weights=inputs.l1_weights,
+        mega_l2_weights=inputs.l2_weights,
+    )
     kwargs = hook_kwargs(shape, config, t)
     ma._ep_group = lambda: group  # SGLang's runtime context is absent here
     ma._settings = ma._Settings(shape.max_tokens_per_rank, False)
@@ -204,16 +283,30 @@ def gpu_call_overhead(experts: int, hidden: int, inter: int, tokens: int, topk: 
     bound = api._selector.bind(mm.OP, shape, config)
 
     def bound_call() -> torch.Tensor:
-        return api._selector.call(bound, inputs, mm.MegaMoEOutputs(torch.empty((max(t, 1), shape.hidden), dtype=torch.bfloat16, device="cuda"))).y
+        return api._selector.call(
+            bound,
+            inputs,
+            mm.MegaMoEOutputs(torch.empty((max(t, 1), shape.hidden), dtype=torch.bfloat16, device="cuda")),
+        ).y
 
     want = direct()[:t].clone()
     # the same DeepGEMM calls: y equal to the direct one (up to the kernel's own run-to-run order, if any)
-    same = {name: (fn()[:t].float() - want.float()).abs().max().item() if t else 0.0 for name, fn in (("prepared", prepared), ("hooked", hooked))}
+    same = {
+        name: (fn()[:t].float() - want.float()).abs().max().item() if t else 0.0
+        for name, fn in (("prepared", prepared), ("hooked", hooked))
+    }
     torch.cuda.synchronize()
-    results = {"shape": shape.describe(), "tokens": t, "pre_dispatch": pre_dispatch, "deep_gemm": getattr(deep_gemm, "__version__", "?"),
-               "max_abs_diff_to_direct": same, "rows_finite": bool(torch.isfinite(want).all()),
-               # the hook's bound op must launch the very closure timed as "prepared" (one launcher per buffer)
-               "bound_launch_is_prepared_launch": bound.launch is launch, "bound_prepared": bound.prepared}
+    results = {
+        "shape": shape.describe(),
+        "tokens": t,
+        "pre_dispatch": pre_dispatch,
+        "deep_gemm": getattr(deep_gemm, "__version__", "?"),
+        "max_abs_diff_to_direct": same,
+        "rows_finite": bool(torch.isfinite(want).all()),
+        # the hook's bound op must launch the very closure timed as "prepared" (one launcher per buffer)
+        "bound_launch_is_prepared_launch": bound.launch is launch,
+        "bound_prepared": bound.prepared,
+    }
     for name, fn in (("direct", direct), ("prepared", prepared), ("bound", bound_call), ("hooked", hooked)):
         results[f"{name}_us"] = round(eager_us(fn), 2)
     results["prepared_minus_direct_us"] = round(results["prepared_us"] - results["direct_us"], 2)

@@ -16,40 +16,126 @@ import torch
 from ..ops.mega_moe.formats import pre_dispatch_reference
 from ..plugins.deep_gemm.pre_dispatch_triton import PreDispatchTiling, choose_tiling, pre_dispatch
 
-__all__ = ["VARIANTS", "ROWS", "TOP_K", "SHAPES", "SWEEP_SETS", "build_sglang_jit", "copy_bandwidth", "inputs", "buffers",
-           "same", "moved_bytes", "time_graph", "time_bench", "interleave", "run_checks", "run_timing", "run_sweep",
-           "print_summary"]
+__all__ = [
+    "VARIANTS",
+    "ROWS",
+    "TOP_K",
+    "SHAPES",
+    "SWEEP_SETS",
+    "build_sglang_jit",
+    "copy_bandwidth",
+    "inputs",
+    "buffers",
+    "same",
+    "moved_bytes",
+    "time_graph",
+    "time_bench",
+    "interleave",
+    "run_checks",
+    "run_timing",
+    "run_sweep",
+    "print_summary",
+]
 
 VARIANTS = {"fp8xfp4": (32, 1.0), "mxf4xmxf4": (32, 0.5), "sm90_fp8": (128, 1.0)}  # group, output bytes/elem
 ROWS = 8192  # SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK default: the buffer's P
 TOP_K = 6  # DeepSeek-V4 (routed only)
-SHAPES = [(1, 4096), (16, 4096), (64, 4096), (64, 7168), (512, 4096), (2048, 4096), (2048, 7168), (8192, 4096), (8192, 7168)]
+SHAPES = [
+    (1, 4096),
+    (16, 4096),
+    (64, 4096),
+    (64, 7168),
+    (512, 4096),
+    (2048, 4096),
+    (2048, 7168),
+    (8192, 4096),
+    (8192, 7168),
+]
 SWEEP_LARGE = [(2, 1024, 4), (4, 1024, 4), (8, 1024, 4), (8, 1024, 8), (8, 512, 4), (16, 512, 4), (4, 2048, 8)]
 SWEEP_SMALL = [(1, 1024, 4), (2, 1024, 4), (4, 1024, 4), (2, 512, 4), (1, 512, 4)]
-SWEEP_MID = [(2, 1024, 4), (4, 512, 4), (4, 1024, 4), (4, 1024, 8), (1, 2048, 8), (2, 2048, 8), (1, 4096, 8),
-             (8, 1024, 8), (1, 4096, 16), (2, 4096, 16), (1, 8192, 16)]
+SWEEP_MID = [
+    (2, 1024, 4),
+    (4, 512, 4),
+    (4, 1024, 4),
+    (4, 1024, 8),
+    (1, 2048, 8),
+    (2, 2048, 8),
+    (1, 4096, 8),
+    (8, 1024, 8),
+    (1, 4096, 16),
+    (2, 4096, 16),
+    (1, 8192, 16),
+]
 SWEEP_SMALL2 = [(1, 1024, 4), (2, 512, 4), (4, 1024, 4), (1, 2048, 8), (1, 4096, 16), (2, 4096, 16)]
 #: session 3: the L2 hint on the x loads (4th element: evict_first), at T = 512 where SGLang's kernel led
-SWEEP_EVICT = [(2, 2048, 8, True), (2, 2048, 8, False), (1, 4096, 16, True), (1, 4096, 16, False),
-               (4, 512, 4, True), (4, 512, 4, False), (4, 1024, 4, True), (4, 1024, 4, False)]
+SWEEP_EVICT = [
+    (2, 2048, 8, True),
+    (2, 2048, 8, False),
+    (1, 4096, 16, True),
+    (1, 4096, 16, False),
+    (4, 512, 4, True),
+    (4, 512, 4, False),
+    (4, 1024, 4, True),
+    (4, 1024, 4, False),
+]
 SWEEP_EVICT_SMALL = [(2, 1024, 4, True), (2, 1024, 4, False), (1, 1024, 4, True), (1, 1024, 4, False)]
 #: session 3, after sweep 3: more tile shapes (incl. 2 warps) where SGLang's kernel was at parity or ahead
-SWEEP_512 = [(4, 1024, 4), (8, 1024, 8), (4, 2048, 8), (8, 512, 4), (4, 1024, 2), (2, 1024, 2), (8, 1024, 4),
-             (16, 512, 8), (4, 4096, 16), (2, 512, 2)]
-SWEEP_64 = [(2, 1024, 4), (2, 1024, 2), (1, 1024, 2), (4, 1024, 4), (2, 2048, 4), (1, 2048, 4), (1, 4096, 8),
-            (2, 512, 2), (1, 512, 2)]
+SWEEP_512 = [
+    (4, 1024, 4),
+    (8, 1024, 8),
+    (4, 2048, 8),
+    (8, 512, 4),
+    (4, 1024, 2),
+    (2, 1024, 2),
+    (8, 1024, 4),
+    (16, 512, 8),
+    (4, 4096, 16),
+    (2, 512, 2),
+]
+SWEEP_64 = [
+    (2, 1024, 4),
+    (2, 1024, 2),
+    (1, 1024, 2),
+    (4, 1024, 4),
+    (2, 2048, 4),
+    (1, 2048, 4),
+    (1, 4096, 8),
+    (2, 512, 2),
+    (1, 512, 2),
+]
 #: (variant, tokens, hidden, tilings) of the sweep; ``--sweep-set 1`` is the first session's sweep
 SWEEP_SETS = {
-    "1": [(v, t, h, tl) for v in ("fp8xfp4", "mxf4xmxf4")
-          for t, h, tl in [(8192, 4096, SWEEP_LARGE), (64, 7168, SWEEP_SMALL), (1, 4096, SWEEP_SMALL)]],
-    "2": [(v, t, h, tl) for v in ("fp8xfp4", "sm90_fp8", "mxf4xmxf4")
-          for t, h, tl in [(512, 4096, SWEEP_MID), (64, 4096, SWEEP_SMALL2), (2048, 7168, SWEEP_MID),
-                           (8192, 4096, SWEEP_MID)]],
-    "3": [(v, t, h, tl) for v in ("fp8xfp4", "sm90_fp8", "mxf4xmxf4")
-          for t, h, tl in [(512, 4096, SWEEP_EVICT), (256, 4096, SWEEP_EVICT), (1024, 4096, SWEEP_EVICT),
-                           (2048, 7168, SWEEP_EVICT), (8192, 4096, SWEEP_EVICT), (64, 4096, SWEEP_EVICT_SMALL)]],
-    "4": [("fp8xfp4", t, h, tl) for t, h, tl in [(512, 4096, SWEEP_512), (64, 4096, SWEEP_64), (256, 4096, SWEEP_512),
-                                                  (512, 7168, SWEEP_512)]],
+    "1": [
+        (v, t, h, tl)
+        for v in ("fp8xfp4", "mxf4xmxf4")
+        for t, h, tl in [(8192, 4096, SWEEP_LARGE), (64, 7168, SWEEP_SMALL), (1, 4096, SWEEP_SMALL)]
+    ],
+    "2": [
+        (v, t, h, tl)
+        for v in ("fp8xfp4", "sm90_fp8", "mxf4xmxf4")
+        for t, h, tl in [
+            (512, 4096, SWEEP_MID),
+            (64, 4096, SWEEP_SMALL2),
+            (2048, 7168, SWEEP_MID),
+            (8192, 4096, SWEEP_MID),
+        ]
+    ],
+    "3": [
+        (v, t, h, tl)
+        for v in ("fp8xfp4", "sm90_fp8", "mxf4xmxf4")
+        for t, h, tl in [
+            (512, 4096, SWEEP_EVICT),
+            (256, 4096, SWEEP_EVICT),
+            (1024, 4096, SWEEP_EVICT),
+            (2048, 7168, SWEEP_EVICT),
+            (8192, 4096, SWEEP_EVICT),
+            (64, 4096, SWEEP_EVICT_SMALL),
+        ]
+    ],
+    "4": [
+        ("fp8xfp4", t, h, tl)
+        for t, h, tl in [(512, 4096, SWEEP_512), (64, 4096, SWEEP_64), (256, 4096, SWEEP_512), (512, 7168, SWEEP_512)]
+    ],
 }
 
 
@@ -58,23 +144,38 @@ def build_sglang_jit(jit_root: pathlib.Path) -> Any:
     import tvm_ffi.cpp
 
     os.environ.setdefault("TVM_FFI_CUDA_ARCH_LIST", "9.0a")  # what SGLang's JIT targets on an H200
-    head = ["#include <tvm/ffi/container/tensor.h>", "#include <tvm/ffi/dtype.h>", "#include <tvm/ffi/error.h>",
-            "#include <tvm/ffi/extra/c_env_api.h>", "#include <tvm/ffi/function.h>"]
+    head = [
+        "#include <tvm/ffi/container/tensor.h>",
+        "#include <tvm/ffi/dtype.h>",
+        "#include <tvm/ffi/error.h>",
+        "#include <tvm/ffi/extra/c_env_api.h>",
+        "#include <tvm/ffi/function.h>",
+    ]
     build_dir = pathlib.Path("/tmp/sgl_mega_pre_dispatch")
     build_dir.mkdir(exist_ok=True)
     source = build_dir / "w.cu"
-    source.write_text("\n".join(head + [
-        f'#include "{jit_root}/csrc/deepseek_v4/mega_moe_pre_dispatch.cuh"',
-        "namespace sglang {",
-        # make_cpp_args(quant_group_size, is_arch_support_pdl(), write_shared_sf, copy_topk)
-        "TVM_FFI_DLL_EXPORT_TYPED_FUNC(run, (MegaMoEPreDispatchKernel<32, true, false, true>::run));",
-        "TVM_FFI_DLL_EXPORT_TYPED_FUNC(run_shared, (MegaMoEPreDispatchKernel<32, true, true, true>::run));",
-        "}",
-    ]))
+    source.write_text(
+        "\n".join(
+            head
+            + [
+                f'#include "{jit_root}/csrc/deepseek_v4/mega_moe_pre_dispatch.cuh"',
+                "namespace sglang {",
+                # make_cpp_args(quant_group_size, is_arch_support_pdl(), write_shared_sf, copy_topk)
+                "TVM_FFI_DLL_EXPORT_TYPED_FUNC(run, (MegaMoEPreDispatchKernel<32, true, false, true>::run));",
+                "TVM_FFI_DLL_EXPORT_TYPED_FUNC(run_shared, (MegaMoEPreDispatchKernel<32, true, true, true>::run));",
+                "}",
+            ]
+        )
+    )
     flags = ["-DSGL_CUDA_ARCH=900", "-std=c++20", "-O3", "--expt-relaxed-constexpr"]
-    lib = tvm_ffi.cpp.build("sgl_mega_pre_dispatch", cuda_files=[str(source)], extra_cuda_cflags=flags,
-                            extra_cflags=["-std=c++20", "-O3", "-DSGL_CUDA_ARCH=900"],
-                            extra_include_paths=[str(jit_root / "include")], build_directory=str(build_dir))
+    lib = tvm_ffi.cpp.build(
+        "sgl_mega_pre_dispatch",
+        cuda_files=[str(source)],
+        extra_cuda_cflags=flags,
+        extra_cflags=["-std=c++20", "-O3", "-DSGL_CUDA_ARCH=900"],
+        extra_include_paths=[str(jit_root / "include")],
+        build_directory=str(build_dir),
+    )
     return tvm_ffi.load_module(lib), tvm_ffi
 
 
@@ -106,8 +207,12 @@ def buffers(variant: str, hidden: int) -> list[torch.Tensor]:
         sf = torch.full((ROWS, hidden // 128), float("nan"), device="cuda")
     else:
         sf = torch.full((ROWS, hidden // 128), 0x5A5A5A5A, dtype=torch.int32, device="cuda")
-    return [bx, sf, torch.full((ROWS, TOP_K), 77, dtype=torch.int64, device="cuda"),
-            torch.full((ROWS, TOP_K), float("nan"), device="cuda")]
+    return [
+        bx,
+        sf,
+        torch.full((ROWS, TOP_K), 77, dtype=torch.int64, device="cuda"),
+        torch.full((ROWS, TOP_K), float("nan"), device="cuda"),
+    ]
 
 
 def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
@@ -120,11 +225,17 @@ def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 def moved_bytes(variant: str, tokens: int, hidden: int) -> int:
     group, out_bytes = VARIANTS[variant]
     scale_bytes = 4 if variant == "sm90_fp8" else 1
-    return int(tokens * hidden * (2 + out_bytes) + tokens * hidden // group * scale_bytes + tokens * TOP_K * (8 + 12)
-               + (ROWS - tokens) * TOP_K * 12)
+    return int(
+        tokens * hidden * (2 + out_bytes)
+        + tokens * hidden // group * scale_bytes
+        + tokens * TOP_K * (8 + 12)
+        + (ROWS - tokens) * TOP_K * 12
+    )
 
 
-def time_graph(fns: list[Callable[[], None]], stream_ctx: Callable[[Any], Any] | None = None, launches: int = 48) -> float:
+def time_graph(
+    fns: list[Callable[[], None]], stream_ctx: Callable[[Any], Any] | None = None, launches: int = 48
+) -> float:
     """Microseconds per launch, from replays of a graph of ``launches`` back-to-back calls cycling
     through ``fns`` (one per input/buffer set)."""
     for fn in fns:
@@ -132,7 +243,7 @@ def time_graph(fns: list[Callable[[], None]], stream_ctx: Callable[[Any], Any] |
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     ctx = torch.cuda.graph(graph)
-    with (stream_ctx(ctx) if stream_ctx else ctx):
+    with stream_ctx(ctx) if stream_ctx else ctx:
         for i in range(launches):
             fns[i % len(fns)]()
     graph.replay()
@@ -160,9 +271,13 @@ def interleave(jit: Any, tvm: Any, rounds: int, copy: float) -> list[dict[str, A
     if jit is None:
         raise SystemExit("--interleave needs --jit-root (SGLang's kernel)")
     out = []
-    for tokens, hidden, tilings in [(512, 4096, [(8, 512, 4), (4, 1024, 4), (16, 512, 8)]),
-                                     (64, 4096, [(1, 4096, 8), (2, 1024, 4)])]:
-        sets = [(*inputs(tokens, hidden, seed=3 + i), buffers("fp8xfp4", hidden)) for i in range(1 if tokens <= 256 else 4)]
+    for tokens, hidden, tilings in [
+        (512, 4096, [(8, 512, 4), (4, 1024, 4), (16, 512, 8)]),
+        (64, 4096, [(1, 4096, 8), (2, 1024, 4)]),
+    ]:
+        sets = [
+            (*inputs(tokens, hidden, seed=3 + i), buffers("fp8xfp4", hidden)) for i in range(1 if tokens <= 256 else 4)
+        ]
         chosen = choose_tiling(tokens, hidden, 32)
         times: dict[str, list[float]] = {"sglang_jit": []}
         for _ in range(rounds):
@@ -170,20 +285,28 @@ def interleave(jit: Any, tvm: Any, rounds: int, copy: float) -> list[dict[str, A
             times["sglang_jit"].append(time_graph(fns, lambda ctx: tvm.use_torch_stream(ctx)))
             for spec in tilings:
                 tiling = PreDispatchTiling(*spec)
-                fns = [(lambda st=st: pre_dispatch(st[0], st[1], st[2], *st[3], variant="fp8xfp4", tiling=tiling))
-                       for st in sets]
+                fns = [
+                    (lambda st=st: pre_dispatch(st[0], st[1], st[2], *st[3], variant="fp8xfp4", tiling=tiling))
+                    for st in sets
+                ]
                 times.setdefault(str(list(spec)), []).append(time_graph(fns))
-        row = {"T": tokens, "H": hidden, "floor_us": round(moved_bytes("fp8xfp4", tokens, hidden) / copy * 1e6, 2),
-               "default_tiling": [chosen.block_tokens, chosen.block_cols, chosen.num_warps],
-               "median_us": {k: round(statistics.median(v), 3) for k, v in times.items()},
-               "x_sglang_median_of_rounds": {k: round(statistics.median(a / b for a, b in zip(times["sglang_jit"], v)), 3)
-                                             for k, v in times.items() if k != "sglang_jit"},
-               "rounds_us": {k: [round(t, 3) for t in v] for k, v in times.items()}}
+        row = {
+            "T": tokens,
+            "H": hidden,
+            "floor_us": round(moved_bytes("fp8xfp4", tokens, hidden) / copy * 1e6, 2),
+            "default_tiling": [chosen.block_tokens, chosen.block_cols, chosen.num_warps],
+            "median_us": {k: round(statistics.median(v), 3) for k, v in times.items()},
+            "x_sglang_median_of_rounds": {
+                k: round(statistics.median(a / b for a, b in zip(times["sglang_jit"], v)), 3)
+                for k, v in times.items()
+                if k != "sglang_jit"
+            },
+            "rounds_us": {k: [round(t, 3) for t in v] for k, v in times.items()},
+        }
         print(json.dumps(row), flush=True)
         out.append(row)
         del sets
     return out
-
 
 
 def run_checks(jit: Any) -> list[dict[str, Any]]:
@@ -211,16 +334,26 @@ def run_checks(jit: Any) -> list[dict[str, Any]]:
         for tokens, block_m in [(300, 48), (4000, 192)]:
             x, ids, w = inputs(tokens, 4096, seed=block_m)
             page_rows = -(-tokens // block_m) * (-(-block_m // 128) * 128)
-            sfs = [torch.as_strided(torch.full((32 * (page_rows + 4),), 0x3C3C3C3C, dtype=torch.int32, device="cuda"),
-                                    (page_rows, 32), (1, page_rows + 4)) for _ in range(3)]
+            sfs = [
+                torch.as_strided(
+                    torch.full((32 * (page_rows + 4),), 0x3C3C3C3C, dtype=torch.int32, device="cuda"),
+                    (page_rows, 32),
+                    (1, page_rows + 4),
+                )
+                for _ in range(3)
+            ]
             bufs = [buffers("fp8xfp4", 4096) for _ in range(3)]
             pre_dispatch_reference(x, ids, w, *bufs[0], variant="fp8xfp4", shared_x_sf=sfs[0], shared_block_m=block_m)
             pre_dispatch(x, ids, w, *bufs[1], variant="fp8xfp4", shared_x_sf=sfs[1], shared_block_m=block_m)
             jit.run_shared(x, ids, w, *bufs[2], sfs[2], block_m)
             flat = [s.as_strided((s.untyped_storage().nbytes() // 4,), (1,)) for s in sfs]
-            row = {"variant": "fp8xfp4+shared_sf", "T": tokens, "block_m": block_m,
-                   "triton_bit_exact": same(bufs[0], bufs[1]) and torch.equal(flat[0], flat[1]),
-                   "sglang_jit_bit_exact": same(bufs[0], bufs[2]) and torch.equal(flat[0], flat[2])}
+            row = {
+                "variant": "fp8xfp4+shared_sf",
+                "T": tokens,
+                "block_m": block_m,
+                "triton_bit_exact": same(bufs[0], bufs[1]) and torch.equal(flat[0], flat[1]),
+                "sglang_jit_bit_exact": same(bufs[0], bufs[2]) and torch.equal(flat[0], flat[2]),
+            }
             checks.append(row)
             print(json.dumps(row), flush=True)
     return checks
@@ -232,11 +365,19 @@ def run_timing(jit: Any, tvm: Any, copy: float) -> list[dict[str, Any]]:
     stream_ctx = (lambda ctx: tvm.use_torch_stream(ctx)) if tvm is not None else None
     for variant in VARIANTS:
         for tokens, hidden in SHAPES:
-            sets = [(*inputs(tokens, hidden, seed=1 + i), buffers(variant, hidden)) for i in range(1 if tokens <= 256 else 4)]
+            sets = [
+                (*inputs(tokens, hidden, seed=1 + i), buffers(variant, hidden))
+                for i in range(1 if tokens <= 256 else 4)
+            ]
             floor_us = moved_bytes(variant, tokens, hidden) / copy * 1e6
             tiling = choose_tiling(tokens, hidden, VARIANTS[variant][0], packed_fp4=variant == "mxf4xmxf4")
-            row: dict[str, Any] = {"variant": variant, "T": tokens, "H": hidden, "floor_us": round(floor_us, 2),
-                                   "tiling": [tiling.block_tokens, tiling.block_cols, tiling.num_warps]}
+            row: dict[str, Any] = {
+                "variant": variant,
+                "T": tokens,
+                "H": hidden,
+                "floor_us": round(floor_us, 2),
+                "tiling": [tiling.block_tokens, tiling.block_cols, tiling.num_warps],
+            }
 
             def ours(x, ids, w, bufs, pdl=None):
                 return lambda: pre_dispatch(x, ids, w, *bufs, variant=variant, pdl=pdl)
@@ -246,7 +387,10 @@ def run_timing(jit: Any, tvm: Any, copy: float) -> list[dict[str, Any]]:
                 "triton_nopdl": ([ours(*st, pdl=False) for st in sets], None),
             }
             if jit is not None and variant == "fp8xfp4":
-                cands["sglang_jit"] = ([(lambda st=st: jit.run(st[0], st[1], st[2], *st[3], None, 0)) for st in sets], stream_ctx)
+                cands["sglang_jit"] = (
+                    [(lambda st=st: jit.run(st[0], st[1], st[2], *st[3], None, 0)) for st in sets],
+                    stream_ctx,
+                )
             for name, (fns, ctx) in cands.items():
                 try:
                     us = time_graph(fns, ctx)
@@ -263,8 +407,9 @@ def run_timing(jit: Any, tvm: Any, copy: float) -> list[dict[str, Any]]:
     return rows
 
 
-def run_sweep(jit: Any, tvm: Any, copy: float, sweep_set: str, started: float, budget_s: float,
-              report: dict[str, Any]) -> list[dict[str, Any]]:
+def run_sweep(
+    jit: Any, tvm: Any, copy: float, sweep_set: str, started: float, budget_s: float, report: dict[str, Any]
+) -> list[dict[str, Any]]:
     """The tiling sweep ``sweep_set`` (to set ``choose_tiling``), stopped ``budget_s`` after ``started``."""
     stream_ctx = (lambda ctx: tvm.use_torch_stream(ctx)) if tvm is not None else None
     sweep = []
@@ -272,26 +417,48 @@ def run_sweep(jit: Any, tvm: Any, copy: float, sweep_set: str, started: float, b
         if time.time() - started > budget_s:
             report["sweep_skipped"] = "time budget"
             break
-        sets = [(*inputs(tokens, hidden, seed=2 + i), buffers(variant, hidden)) for i in range(1 if tokens <= 256 else 4)]
+        sets = [
+            (*inputs(tokens, hidden, seed=2 + i), buffers(variant, hidden)) for i in range(1 if tokens <= 256 else 4)
+        ]
         floor_us = moved_bytes(variant, tokens, hidden) / copy * 1e6
         best = None
         for spec in tilings:
             tiling = PreDispatchTiling(*spec)
-            fns = [(lambda st=st: pre_dispatch(st[0], st[1], st[2], *st[3], variant=variant, tiling=tiling)) for st in sets]
+            fns = [
+                (lambda st=st: pre_dispatch(st[0], st[1], st[2], *st[3], variant=variant, tiling=tiling)) for st in sets
+            ]
             try:
                 us = time_graph(fns)
             except Exception as exc:  # noqa: BLE001
-                sweep.append({"variant": variant, "T": tokens, "H": hidden, "tiling": list(spec), "error": str(exc)[:200]})
+                sweep.append(
+                    {"variant": variant, "T": tokens, "H": hidden, "tiling": list(spec), "error": str(exc)[:200]}
+                )
                 continue
-            sweep.append({"variant": variant, "T": tokens, "H": hidden, "tiling": list(spec), "us": round(us, 2),
-                          "frac": round(floor_us / us, 3)})
+            sweep.append(
+                {
+                    "variant": variant,
+                    "T": tokens,
+                    "H": hidden,
+                    "tiling": list(spec),
+                    "us": round(us, 2),
+                    "frac": round(floor_us / us, 3),
+                }
+            )
             if best is None or us < best[0]:
                 best = (round(us, 2), list(spec))
         if jit is not None and variant == "fp8xfp4":  # SGLang's kernel on the same shape, same run
             fns = [(lambda st=st: jit.run(st[0], st[1], st[2], *st[3], None, 0)) for st in sets]
             us = time_graph(fns, stream_ctx)
-            sweep.append({"variant": variant, "T": tokens, "H": hidden, "tiling": "sglang_jit", "us": round(us, 2),
-                          "frac": round(floor_us / us, 3)})
+            sweep.append(
+                {
+                    "variant": variant,
+                    "T": tokens,
+                    "H": hidden,
+                    "tiling": "sglang_jit",
+                    "us": round(us, 2),
+                    "frac": round(floor_us / us, 3),
+                }
+            )
         print(f"sweep {variant} T={tokens} H={hidden}: best {best}", flush=True)
         del sets
     return sweep
@@ -299,14 +466,20 @@ def run_sweep(jit: Any, tvm: Any, copy: float, sweep_set: str, started: float, b
 
 def print_summary(report: dict[str, Any], checks: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
     """The run's table on stdout."""
-    print(f"\n{report['device']} {report['date']} copy {report['copy_TBps']} TB/s; bit-exact: triton "
-          f"{all(c['triton_bit_exact'] for c in checks)}, sglang_jit {all(c.get('sglang_jit_bit_exact', True) for c in checks)}")
-    print(f"{'variant':10s} {'T':>5s} {'H':>5s} {'floor':>7s} | {'triton':>14s} | {'triton_nopdl':>14s} | {'sglang_jit':>14s} | {'torch':>14s}")
+    print(
+        f"\n{report['device']} {report['date']} copy {report['copy_TBps']} TB/s; bit-exact: triton "
+        f"{all(c['triton_bit_exact'] for c in checks)}, sglang_jit {all(c.get('sglang_jit_bit_exact', True) for c in checks)}"
+    )
+    print(
+        f"{'variant':10s} {'T':>5s} {'H':>5s} {'floor':>7s} | {'triton':>14s} | {'triton_nopdl':>14s} | {'sglang_jit':>14s} | {'torch':>14s}"
+    )
 
     def cell(r: dict, k: str) -> str:
         v = r.get(k)
         return f"{v['us']:7.2f}us {v['frac']:.2f}" if isinstance(v, dict) else ("-" if v is None else "ERR")
 
     for r in rows:
-        print(f"{r['variant']:10s} {r['T']:5d} {r['H']:5d} {r['floor_us']:6.2f}u | {cell(r, 'triton'):>14s} | "
-              f"{cell(r, 'triton_nopdl'):>14s} | {cell(r, 'sglang_jit'):>14s} | {cell(r, 'torch'):>14s}")
+        print(
+            f"{r['variant']:10s} {r['T']:5d} {r['H']:5d} {r['floor_us']:6.2f}u | {cell(r, 'triton'):>14s} | "
+            f"{cell(r, 'triton_nopdl'):>14s} | {cell(r, 'sglang_jit'):>14s} | {cell(r, 'torch'):>14s}"
+        )

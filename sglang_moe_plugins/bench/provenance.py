@@ -24,10 +24,16 @@ def source_commit(start: str | os.PathLike[str] | None = None) -> str:
         return given
     here = pathlib.Path(start) if start is not None else pathlib.Path(__file__).resolve().parents[2]
     try:
-        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        commit = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
         if commit.returncode == 0 and commit.stdout.strip():
-            dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=10)
+            dirty = subprocess.run(
+                ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
             return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         pass
@@ -43,8 +49,12 @@ def _version(dist: str) -> str | None:
 
 def _driver() -> str | None:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
@@ -73,8 +83,9 @@ def run_info() -> dict[str, Any]:
     }
 
 
-def write_result(out: str | os.PathLike[str], stem: str, results: list, *, device_name: str | None = None,
-                 **extra: Any) -> pathlib.Path:
+def write_result(
+    out: str | os.PathLike[str], stem: str, results: list, *, device_name: str | None = None, **extra: Any
+) -> pathlib.Path:
     """Write ``<stem>_<date>_<device>.json`` into ``out``: the device, the UTC date, :func:`run_info`, the torch and
     Triton versions, ``extra`` (e.g. ``copy_TBps``) and ``results``; returns its path. ``device_name`` defaults to
     the current CUDA device's name."""
@@ -82,12 +93,21 @@ def write_result(out: str | os.PathLike[str], stem: str, results: list, *, devic
 
     taken = {"device", "date", "run", "torch", "triton", "results"} & set(extra)
     if taken:
-        raise ValueError(f"write_result: extra keys {sorted(taken)} would replace the provenance; allowed: any other key")
+        raise ValueError(
+            f"write_result: extra keys {sorted(taken)} would replace the provenance; allowed: any other key"
+        )
     if device_name is None:
         device_name = torch.cuda.get_device_properties(torch.cuda.current_device()).name
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    payload = {"device": device_name, "date": date, "run": run_info(), "torch": torch.__version__,
-               "triton": _version("triton"), **extra, "results": results}
+    payload = {
+        "device": device_name,
+        "date": date,
+        "run": run_info(),
+        "torch": torch.__version__,
+        "triton": _version("triton"),
+        **extra,
+        "results": results,
+    }
     path = pathlib.Path(out) / f"{stem}_{date}_{device_name.replace(' ', '-')}.json"
     path.write_text(json.dumps(payload, indent=1, default=str))
     return path

@@ -11,8 +11,17 @@ from typing import Any
 from ..cli.util import table
 from .runner import BenchCase, Measurement, geomean
 
-__all__ = ["results_table", "payload", "rank_plugins", "shape_rules", "priority_toml", "plot", "smq_table", "smq_summary",
-           "smq_plot"]
+__all__ = [
+    "results_table",
+    "payload",
+    "rank_plugins",
+    "shape_rules",
+    "priority_toml",
+    "plot",
+    "smq_table",
+    "smq_summary",
+    "smq_plot",
+]
 
 
 def _cell(m: Measurement) -> str:
@@ -27,8 +36,10 @@ def results_table(cases: list[BenchCase], results: list[Measurement], bandwidth:
         timed = [by[(case.label, p)] for p in plugins if by[(case.label, p)].us is not None]
         best = min(timed, key=lambda m: m.us).plugin if timed else "-"
         rows.append([case.label, case.phase] + [_cell(by[(case.label, p)]) for p in plugins] + [best])
-    text = (f"silu_mul_quant, us per call (fraction of the copy ceiling, {bandwidth / 1e12:.2f} TB/s measured); "
-            "every expert holds N real rows\n" + table(["call", "phase"] + plugins + ["fastest"], rows))
+    text = (
+        f"silu_mul_quant, us per call (fraction of the copy ceiling, {bandwidth / 1e12:.2f} TB/s measured); "
+        "every expert holds N real rows\n" + table(["call", "phase"] + plugins + ["fastest"], rows)
+    )
     reasons = sorted({(m.plugin, m.status, m.reason) for m in results if m.us is None})
     if reasons:
         text += "\n\nnot timed:\n" + "\n".join(f"  {p}: {s}: {r}" for p, s, r in reasons)
@@ -68,8 +79,9 @@ def rank_plugins(results: list[Measurement], all_plugins: dict[str, int]) -> lis
     return out
 
 
-def shape_rules(cases: list[BenchCase], results: list[Measurement],
-                ranking: list[tuple[str, int, str]]) -> list[tuple[BenchCase, str, int, str]]:
+def shape_rules(
+    cases: list[BenchCase], results: list[Measurement], ranking: list[tuple[str, int, str]]
+) -> list[tuple[BenchCase, str, int, str]]:
     """``(case, fastest plugin, priority, why)`` for every call whose fastest plugin is not the one the
     ranking puts first among the plugins that could run it: a rule for that call's exact shape (one per
     shape) giving the fastest plugin a priority above the whole table."""
@@ -84,47 +96,74 @@ def shape_rules(cases: list[BenchCase], results: list[Measurement],
         first = max(timed, key=lambda m: (order.get(m.plugin, m.priority), m.plugin))
         if best.plugin != first.plugin:
             seen.add(case.shape)
-            why = (f"{case.label}: {best.plugin} {best.us:.2f} us, {first.plugin} (first in [priority]) {first.us:.2f} us")
+            why = (
+                f"{case.label}: {best.plugin} {best.us:.2f} us, {first.plugin} (first in [priority]) {first.us:.2f} us"
+            )
             out.append((case, best.plugin, top, why))
     return out
 
 
 def _rule_toml(case: BenchCase, plugin: str, priority: int, why: str) -> list[str]:
-    bounds = ", ".join(f"{f.name}_min = {getattr(case.shape, f.name)}, {f.name}_max = {getattr(case.shape, f.name)}"
-                       for f in fields(case.shape))
-    return ["", f"# {why}", "[[priority_rules]]", 'op = "silu_mul_quant"', f"when = {{ {bounds} }}",
-            f"priority = {{ {plugin} = {priority} }}"]
+    bounds = ", ".join(
+        f"{f.name}_min = {getattr(case.shape, f.name)}, {f.name}_max = {getattr(case.shape, f.name)}"
+        for f in fields(case.shape)
+    )
+    return [
+        "",
+        f"# {why}",
+        "[[priority_rules]]",
+        'op = "silu_mul_quant"',
+        f"when = {{ {bounds} }}",
+        f"priority = {{ {plugin} = {priority} }}",
+    ]
 
 
-def priority_toml(ranking: list[tuple[str, int, str]], header: dict[str, Any],
-                  rules: list[tuple[BenchCase, str, int, str]] = ()) -> str:
-    lines = ["# Written by `sglang-moe-plugins bench --write-config`: silu_mul_quant priorities measured on this machine.",
-             f"# {header.get('device')} commit {header.get('commit')}; calls: {header.get('calls')}",
-             "# Use it as SGLANG_MOE_PLUGINS_CONFIG, or copy the [priority] table (and any [[priority_rules]]) into yours",
-             "# (there is no include: a second [priority] table in one file is a TOML error).",
-             "", "[priority]"]
+def priority_toml(
+    ranking: list[tuple[str, int, str]], header: dict[str, Any], rules: list[tuple[BenchCase, str, int, str]] = ()
+) -> str:
+    lines = [
+        "# Written by `sglang-moe-plugins bench --write-config`: silu_mul_quant priorities measured on this machine.",
+        f"# {header.get('device')} commit {header.get('commit')}; calls: {header.get('calls')}",
+        "# Use it as SGLANG_MOE_PLUGINS_CONFIG, or copy the [priority] table (and any [[priority_rules]]) into yours",
+        "# (there is no include: a second [priority] table in one file is a TOML error).",
+        "",
+        "[priority]",
+    ]
     for name, priority, why in ranking:
         lines.append(f"{name} = {priority}  # {why}")
     if rules:
-        lines += ["", "# Calls whose fastest plugin is not the first of [priority] above: one rule per measured shape",
-                  "# (bounds = that shape's fields; docs/configuration.md, 'Priority rules'). Widen the bounds to",
-                  "# cover the shapes between measured ones only where you measured them too."]
+        lines += [
+            "",
+            "# Calls whose fastest plugin is not the first of [priority] above: one rule per measured shape",
+            "# (bounds = that shape's fields; docs/configuration.md, 'Priority rules'). Widen the bounds to",
+            "# cover the shapes between measured ones only where you measured them too.",
+        ]
     for case, plugin, priority, why in rules:
         lines += _rule_toml(case, plugin, priority, why)
     return "\n".join(lines) + "\n"
 
 
-def payload(cases: list[BenchCase], results: list[Measurement], bandwidth: float, info: dict[str, Any],
-            ranking: list[tuple[str, int, str]], rules: list[tuple[BenchCase, str, int, str]] = ()) -> dict[str, Any]:
+def payload(
+    cases: list[BenchCase],
+    results: list[Measurement],
+    bandwidth: float,
+    info: dict[str, Any],
+    ranking: list[tuple[str, int, str]],
+    rules: list[tuple[BenchCase, str, int, str]] = (),
+) -> dict[str, Any]:
     return {
         "op": "silu_mul_quant",
         "run": info,
         "copy_bandwidth_Bps": bandwidth,
         "method": "median of CUDA-graph replays, inputs rotated past 3x L2; frac = copy-ceiling time of the real bytes / time",
-        "calls": [{"call": c.label, "model": c.model, "phase": c.phase, "shape": c.shape, "config": c.config} for c in cases],
+        "calls": [
+            {"call": c.label, "model": c.model, "phase": c.phase, "shape": c.shape, "config": c.config} for c in cases
+        ],
         "results": results,
         "priorities": [{"plugin": n, "priority": p, "why": w} for n, p, w in ranking],
-        "priority_rules": [{"call": c.label, "shape": c.shape, "plugin": n, "priority": p, "why": w} for c, n, p, w in rules],
+        "priority_rules": [
+            {"call": c.label, "shape": c.shape, "plugin": n, "priority": p, "why": w} for c, n, p, w in rules
+        ],
     }
 
 
@@ -160,18 +199,23 @@ def plot(cases: list[BenchCase], results: list[Measurement], path: str, title: s
 # ------------------------------------------------------------------ benchmarks/silu_mul_quant.py
 def smq_table(results: list[dict], bw: float, device: str, date: str) -> str:
     """The markdown table of ``benchmarks/silu_mul_quant.py``: one row per case, the paths side by side."""
-    lines = [f"# silu_mul_quant on {device}, {date}", "",
-             f"Copy ceiling (device-to-device, read + write): {bw / 1e12:.2f} TB/s. Times: median per call over "
-             "CUDA-graph replays, inputs rotated beyond L2, then the median over the timing rounds "
-             "(alternating path order; each round's time under rounds_us in the JSON). frac = floor / time. "
-             "x_jit = jit_ep time / triton time (triton in jit_ep's layout). same-bytes copy: a plain device copy "
-             "moving the case's floor bytes, timed the same way (what a copy reaches at this size).", "",
-             "triton v7 = the same kernel with kernel v7's launch configuration (the run before), same layout; "
-             "v7/now = its time / triton's. copy/triton = same-bytes copy time / triton's; triton - copy = the difference (us).", "",
-             "| case | E | N | D | rows | scales | limit | floor us | triton us (frac) | triton v7 us | v7/now "
-             "| jit_ep us (frac) | x_jit | x_jit v7 | fp8_fallback us (frac) | same-bytes copy us (frac) "
-             "| copy/triton | triton - copy us | reference us | check |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# silu_mul_quant on {device}, {date}",
+        "",
+        f"Copy ceiling (device-to-device, read + write): {bw / 1e12:.2f} TB/s. Times: median per call over "
+        "CUDA-graph replays, inputs rotated beyond L2, then the median over the timing rounds "
+        "(alternating path order; each round's time under rounds_us in the JSON). frac = floor / time. "
+        "x_jit = jit_ep time / triton time (triton in jit_ep's layout). same-bytes copy: a plain device copy "
+        "moving the case's floor bytes, timed the same way (what a copy reaches at this size).",
+        "",
+        "triton v7 = the same kernel with kernel v7's launch configuration (the run before), same layout; "
+        "v7/now = its time / triton's. copy/triton = same-bytes copy time / triton's; triton - copy = the difference (us).",
+        "",
+        "| case | E | N | D | rows | scales | limit | floor us | triton us (frac) | triton v7 us | v7/now "
+        "| jit_ep us (frac) | x_jit | x_jit v7 | fp8_fallback us (frac) | same-bytes copy us (frac) "
+        "| copy/triton | triton - copy us | reference us | check |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         c = r["case"]
         p = r["paths"]
@@ -206,10 +250,12 @@ def smq_table(results: list[dict], bw: float, device: str, date: str) -> str:
         if c["swizzle"]:
             scales += " swz"
         ref = f"{p['reference']['us']:.0f}" if "us" in p.get("reference", {}) else "-"
-        lines.append(f"| {c['name']} | {c['E']} | {c['N']} | {c['D']} | {r['rows']} | {scales} | {c['limit'] or '-'} "
-                     f"| {r['floor_us']:.2f} | {cell('triton')} | {us('triton_v7')} | {over('triton_v7', 'triton')} "
-                     f"| {jit_cell} | {ratio} | {ratio_v7} | {cell('fp8_fallback')} | {cell('copy_same_bytes')} "
-                     f"| {over('copy_same_bytes', 'triton', '{:.3f}')} | {gap} | {ref} | {ok} |")
+        lines.append(
+            f"| {c['name']} | {c['E']} | {c['N']} | {c['D']} | {r['rows']} | {scales} | {c['limit'] or '-'} "
+            f"| {r['floor_us']:.2f} | {cell('triton')} | {us('triton_v7')} | {over('triton_v7', 'triton')} "
+            f"| {jit_cell} | {ratio} | {ratio_v7} | {cell('fp8_fallback')} | {cell('copy_same_bytes')} "
+            f"| {over('copy_same_bytes', 'triton', '{:.3f}')} | {gap} | {ref} | {ok} |"
+        )
     return "\n".join(lines)
 
 
@@ -239,15 +285,27 @@ def smq_summary(results: list[dict]) -> dict:
     edge = _edge_targets(results)
     skews = {k: v["skew"] / v["uniform"] for k, v in skew.items() if "skew" in v and "uniform" in v}
     return {
-        "vs_jit": {"per_case": ratios, "min": min((x for _, x in ratios), default=None), "geomean": geo,
-                   "target": "every >= 1.0, geomean >= 1.2"},
-        "vs_jit_ep_plugin": {"per_case": plugin_ratios, "min": min((x for _, x in plugin_ratios), default=None),
-                             "geomean": math.exp(sum(math.log(x) for _, x in plugin_ratios) / len(plugin_ratios))
-                             if plugin_ratios else float("nan"), "use": "default priorities (what selection compares)"},
+        "vs_jit": {
+            "per_case": ratios,
+            "min": min((x for _, x in ratios), default=None),
+            "geomean": geo,
+            "target": "every >= 1.0, geomean >= 1.2",
+        },
+        "vs_jit_ep_plugin": {
+            "per_case": plugin_ratios,
+            "min": min((x for _, x in plugin_ratios), default=None),
+            "geomean": math.exp(sum(math.log(x) for _, x in plugin_ratios) / len(plugin_ratios))
+            if plugin_ratios
+            else float("nan"),
+            "use": "default priorities (what selection compares)",
+        },
         "decode_us": {"per_case": decode, "max": max((x for _, x in decode), default=None), "target": "<= 6 us"},
         "big_frac": {"per_case": big, "min": min((x for _, x in big), default=None), "target": ">= 0.90"},
-        "jit_rejected_frac": {"per_case": rejected, "min": min((x for _, x in rejected), default=None),
-                              "target": ">= 0.80"},
+        "jit_rejected_frac": {
+            "per_case": rejected,
+            "min": min((x for _, x in rejected), default=None),
+            "target": ">= 0.80",
+        },
         "skew_ratio": {"per_case": skews, "max": max(skews.values(), default=None), "target": "<= 1.10"},
         **edge,
     }
@@ -268,12 +326,21 @@ def _edge_targets(results: list[dict]) -> dict:
         if "us" in tri and "us" in old:
             v7.append((c["name"], old["us"] / tri["us"]))
     return {
-        "prefill_vs_same_bytes_copy": {"per_case": prefill, "min": min((x for _, x in prefill), default=None),
-                                       "target": ">= 0.97"},
-        "decode_minus_same_bytes_copy_us": {"per_case": decode, "max": max((x for _, x in decode), default=None),
-                                            "target": "<= 0.5"},
-        "v7_over_now": {"per_case": v7, "min": min((x for _, x in v7), default=None),
-                        "target": ">= 1.0 (no shape slower than kernel v7)"},
+        "prefill_vs_same_bytes_copy": {
+            "per_case": prefill,
+            "min": min((x for _, x in prefill), default=None),
+            "target": ">= 0.97",
+        },
+        "decode_minus_same_bytes_copy_us": {
+            "per_case": decode,
+            "max": max((x for _, x in decode), default=None),
+            "target": "<= 0.5",
+        },
+        "v7_over_now": {
+            "per_case": v7,
+            "min": min((x for _, x in v7), default=None),
+            "target": ">= 1.0 (no shape slower than kernel v7)",
+        },
     }
 
 
@@ -287,8 +354,13 @@ def smq_plot(results: list[dict], path: str | os.PathLike[str], title: str) -> N
     names = [r["case"]["name"] for r in results]
     fig, ax = plt.subplots(figsize=(max(10, len(names) * 0.55), 6))
     width = 0.27
-    for i, (key, label) in enumerate((("triton", "triton"), ("jit_ep", "jit_ep (SGLang DSV4 JIT)"),
-                                      ("fp8_fallback", "fp8_fallback (SGLang per_token_group_quant)"))):
+    for i, (key, label) in enumerate(
+        (
+            ("triton", "triton"),
+            ("jit_ep", "jit_ep (SGLang DSV4 JIT)"),
+            ("fp8_fallback", "fp8_fallback (SGLang per_token_group_quant)"),
+        )
+    ):
         vals = [r["paths"].get(key, {}).get("frac", 0.0) for r in results]
         ax.bar([j + (i - 1) * width for j in range(len(names))], vals, width, label=label)
     ax.axhline(0.9, color="k", ls="--", lw=0.8)
@@ -300,4 +372,3 @@ def smq_plot(results: list[dict], path: str | os.PathLike[str], title: str) -> N
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-

@@ -50,12 +50,16 @@ class Measurement:
     reason: str
 
 
-def bench_cases(models: tuple[ModelSpec, ...], *, ep: int, tp: int, rows: tuple[int, ...], platform: Platform) -> list[BenchCase]:
+def bench_cases(
+    models: tuple[ModelSpec, ...], *, ep: int, tp: int, rows: tuple[int, ...], platform: Platform
+) -> list[BenchCase]:
     out = []
     for model in models:
         if model.gpt_oss_activation:
             continue  # handed to SGLang's own path (not modelled)
-        for case in silu_mul_quant_cases(model, ep=ep, tp=tp, rows=rows, platform=platform, ue8m0=platform_uses_ue8m0(platform)):
+        for case in silu_mul_quant_cases(
+            model, ep=ep, tp=tp, rows=rows, platform=platform, ue8m0=platform_uses_ue8m0(platform)
+        ):
             phase = "decode" if case.shape.max_rows <= DECODE_MAX_ROWS else "prefill"
             out.append(BenchCase(case.label, model.short_name, phase, case.shape, case.config))
     return out
@@ -105,7 +109,11 @@ def measure(
         real = shape.num_experts * shape.max_rows
         floor_us = call_bytes(shape, case.config, real) / bandwidth * 1e6
         per_set = 2 * real * (2 * shape.hidden * 2 + shape.hidden)
-        nsets = rotation_sets(per_set, max_sets=max(1, _MAX_ROTATION_BYTES // max(1, per_set))) if device.type == "cuda" else 1
+        nsets = (
+            rotation_sets(per_set, max_sets=max(1, _MAX_ROTATION_BYTES // max(1, per_set)))
+            if device.type == "cuda"
+            else 1
+        )
         sets: list[tuple[Any, Any]] | None = None
         for record in records:
             step += 1
@@ -113,7 +121,9 @@ def measure(
             avail = None
             try:
                 avail = record.plugin.available(here) if hasattr(record.plugin, "available") else None
-                support = _as_support(record.plugin.supports(shape, case.config), record.name) if record.enabled else None
+                support = (
+                    _as_support(record.plugin.supports(shape, case.config), record.name) if record.enabled else None
+                )
             except Exception as exc:  # noqa: BLE001 - report it, measure the others
                 status, reason = "error", f"{type(exc).__name__}: {exc}"
             else:
@@ -126,9 +136,16 @@ def measure(
             if status == "timed":
                 if sets is None:
                     masked = torch.full((shape.num_experts,), shape.max_rows, dtype=torch.int32, device=device)
-                    sets = [(smq.SiluMulQuantInputs(random_gateup(shape.num_experts, shape.max_rows, shape.hidden, gen,
-                                                                 device=device.type), masked),
-                             smq.allocate_outputs(shape, case.config, device)) for _ in range(nsets)]
+                    sets = [
+                        (
+                            smq.SiluMulQuantInputs(
+                                random_gateup(shape.num_experts, shape.max_rows, shape.hidden, gen, device=device.type),
+                                masked,
+                            ),
+                            smq.allocate_outputs(shape, case.config, device),
+                        )
+                        for _ in range(nsets)
+                    ]
                 try:
                     us, reason = _time_plugin(record, case, sets, timer)
                 except Exception as exc:  # noqa: BLE001 - e.g. a plugin that cannot be captured in a CUDA graph

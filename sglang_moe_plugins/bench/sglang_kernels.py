@@ -117,8 +117,12 @@ class SglangJit:
         source.write_text(
             "\n".join(
                 list(_FFI_HEADERS)
-                + [f'#include "{self.root}/csrc/{cuh}"', "namespace sglang {",
-                   f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({export}, ({kernel}));", "}"]
+                + [
+                    f'#include "{self.root}/csrc/{cuh}"',
+                    "namespace sglang {",
+                    f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({export}, ({kernel}));",
+                    "}",
+                ]
             )
         )
         flags = [f"-DSGL_CUDA_ARCH={self.sgl_arch}", "-std=c++20", "-O3", "--expt-relaxed-constexpr", "--use_fast_math"]
@@ -149,15 +153,23 @@ class SglangJit:
 
     def dsv4_source(self, spec: DSV4Spec) -> tuple[str, str, str, str]:
         args = ", ".join(_cpp(a) for a in spec)
-        return ("dsv4_" + "_".join(_cpp(a) for a in spec), "deepseek_v4/silu_and_mul_masked_post_quant.cuh", "run",
-                f"SiluAndMulMaskedPostQuantKernel<{args}>::run")
+        return (
+            "dsv4_" + "_".join(_cpp(a) for a in spec),
+            "deepseek_v4/silu_and_mul_masked_post_quant.cuh",
+            "run",
+            f"SiluAndMulMaskedPostQuantKernel<{args}>::run",
+        )
 
     def ptgq_source(self, spec: PTGQSpec) -> tuple[str, str, str, str]:
         in_dtype, out_dtype, gs, ue8m0, row_major, aligned, fuse, pdl, layout, dense = spec
         trait = [in_dtype, out_dtype, gs, ue8m0, row_major, aligned, fuse, pdl] + ([True] if dense else [])
         args = ", ".join(_cpp(a) for a in trait)
-        return ("ptgq_" + layout + "_" + "_".join(_cpp(a) for a in trait), "gemm/per_token_group_quant.cuh",
-                "per_token_group_quant", f"PerTokenGroupQuant{layout.capitalize()}Kernel<{args}>::run")
+        return (
+            "ptgq_" + layout + "_" + "_".join(_cpp(a) for a in trait),
+            "gemm/per_token_group_quant.cuh",
+            "per_token_group_quant",
+            f"PerTokenGroupQuant{layout.capitalize()}Kernel<{args}>::run",
+        )
 
     def compile_only(self, dsv4: Iterable[DSV4Spec] = (), ptgq: Iterable[PTGQSpec] = (), workers: int = 2) -> list[str]:
         """Compile modules without loading them (e.g. on a CPU machine, to carry them to the GPU one)."""
@@ -191,8 +203,9 @@ class SglangJit:
         apply_limit = swiglu_limit is not None
         module = self.dsv4_module(dsv4_spec(quant_group_size, scale_ue8m0, swizzle, swiglu_limit, self.use_pdl))
         with tvm_ffi.use_torch_stream():
-            module.run(input, output, output_scale, masked_m, topk, transposed,
-                       float(swiglu_limit) if apply_limit else 0.0)
+            module.run(
+                input, output, output_scale, masked_m, topk, transposed, float(swiglu_limit) if apply_limit else 0.0
+            )
 
     def per_token_group_quant(
         self,
@@ -221,12 +234,22 @@ class SglangJit:
         if output_q is None:
             if output_s is not None:
                 raise ValueError("output_s given without output_q")
-            output_q, output_s = _allocate_outputs(input, group_size, out_dtype or torch.float8_e4m3fn,
-                                                   scale_ue8m0, column_major_scales, fuse_silu_and_mul)
+            output_q, output_s = _allocate_outputs(
+                input, group_size, out_dtype or torch.float8_e4m3fn, scale_ue8m0, column_major_scales, fuse_silu_and_mul
+            )
         elif output_s is None:
             raise ValueError("output_q given without output_s")
-        spec = ptgq_spec(input.dtype, output_q, output_s, group_size, scale_ue8m0, fuse_silu_and_mul,
-                         masked_m is not None, silu_and_mul_mode, self.use_pdl)
+        spec = ptgq_spec(
+            input.dtype,
+            output_q,
+            output_s,
+            group_size,
+            scale_ue8m0,
+            fuse_silu_and_mul,
+            masked_m is not None,
+            silu_and_mul_mode,
+            self.use_pdl,
+        )
         module = self.ptgq_module(spec)
         with tvm_ffi.use_torch_stream():
             if masked_m is not None:
@@ -236,25 +259,47 @@ class SglangJit:
         return output_q, output_s
 
     def host_kernels(self) -> HostKernels:
-        return HostKernels(self.silu_and_mul_masked_post_quant, self.per_token_group_quant,
-                           source=f"sglang 0.5.23 JIT sources built with tvm-ffi ({self.root})")
+        return HostKernels(
+            self.silu_and_mul_masked_post_quant,
+            self.per_token_group_quant,
+            source=f"sglang 0.5.23 JIT sources built with tvm-ffi ({self.root})",
+        )
 
 
-def dsv4_spec(quant_group_size: int, scale_ue8m0: bool, swizzle: bool, swiglu_limit: Optional[float],
-              use_pdl: bool = True) -> DSV4Spec:
+def dsv4_spec(
+    quant_group_size: int, scale_ue8m0: bool, swizzle: bool, swiglu_limit: Optional[float], use_pdl: bool = True
+) -> DSV4Spec:
     """The DSV4 kernel's template arguments for one call of SGLang's wrapper."""
     return (int(quant_group_size), bool(scale_ue8m0), bool(swizzle), bool(use_pdl), swiglu_limit is not None)
 
 
-def ptgq_spec(in_dtype: torch.dtype, output_q: torch.Tensor, output_s: torch.Tensor, group_size: int,
-              scale_ue8m0: bool, fuse_silu_and_mul: bool, masked: bool, silu_and_mul_mode: str = "legacy",
-              use_pdl: bool = True) -> PTGQSpec:
+def ptgq_spec(
+    in_dtype: torch.dtype,
+    output_q: torch.Tensor,
+    output_s: torch.Tensor,
+    group_size: int,
+    scale_ue8m0: bool,
+    fuse_silu_and_mul: bool,
+    masked: bool,
+    silu_and_mul_mode: str = "legacy",
+    use_pdl: bool = True,
+) -> PTGQSpec:
     """The per_token_group_quant kernel's template arguments for one call of SGLang's wrapper (the scale
     layout is read off ``output_s`` as SGLang does; the tensors may be on any device)."""
     num_groups = output_q.shape[-1] // group_size
     row_major, aligned = _infer_scale_layout(output_s, scale_ue8m0, num_groups)
-    return (in_dtype, output_q.dtype, int(group_size), bool(scale_ue8m0), row_major, aligned,
-            bool(fuse_silu_and_mul), bool(use_pdl), "masked" if masked else "flat", silu_and_mul_mode == "dense")
+    return (
+        in_dtype,
+        output_q.dtype,
+        int(group_size),
+        bool(scale_ue8m0),
+        row_major,
+        aligned,
+        bool(fuse_silu_and_mul),
+        bool(use_pdl),
+        "masked" if masked else "flat",
+        silu_and_mul_mode == "dense",
+    )
 
 
 def plugin_specs(shape, config, use_pdl: bool = True) -> tuple[DSV4Spec, PTGQSpec]:
@@ -265,9 +310,20 @@ def plugin_specs(shape, config, use_pdl: bool = True) -> tuple[DSV4Spec, PTGQSpe
     from sglang_moe_plugins.ops.silu_mul_quant import allocate_outputs
 
     outputs = allocate_outputs(shape, config, torch.device("meta"))  # metadata only: no memory
-    return (dsv4_spec(shape.group_size, config.scale_ue8m0, config.swizzle, config.swiglu_limit, use_pdl),
-            ptgq_spec(torch.bfloat16, outputs.out, outputs.scale, shape.group_size, config.scale_ue8m0, True, True,
-                      "legacy", use_pdl))
+    return (
+        dsv4_spec(shape.group_size, config.scale_ue8m0, config.swizzle, config.swiglu_limit, use_pdl),
+        ptgq_spec(
+            torch.bfloat16,
+            outputs.out,
+            outputs.scale,
+            shape.group_size,
+            config.scale_ue8m0,
+            True,
+            True,
+            "legacy",
+            use_pdl,
+        ),
+    )
 
 
 def _infer_scale_layout(output_s: torch.Tensor, scale_ue8m0: bool, num_groups: int) -> Tuple[bool, bool]:
@@ -284,8 +340,14 @@ def _infer_scale_layout(output_s: torch.Tensor, scale_ue8m0: bool, num_groups: i
     raise ValueError(f"Unsupported output_s dtype {output_s.dtype}")
 
 
-def _allocate_outputs(input: torch.Tensor, group_size: int, out_dtype: torch.dtype, scale_ue8m0: bool,
-                      column_major_scales: bool, fuse_silu_and_mul: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+def _allocate_outputs(
+    input: torch.Tensor,
+    group_size: int,
+    out_dtype: torch.dtype,
+    scale_ue8m0: bool,
+    column_major_scales: bool,
+    fuse_silu_and_mul: bool,
+) -> Tuple[torch.Tensor, torch.Tensor]:
     # Same layouts as SGLang's _allocate_outputs / create_per_token_group_quant_fp8_output_scale.
     hidden = input.shape[-1] // (2 if fuse_silu_and_mul else 1)
     out_shape = (*input.shape[:-1], hidden)
@@ -296,11 +358,13 @@ def _allocate_outputs(input: torch.Tensor, group_size: int, out_dtype: torch.dty
         output_s = torch.empty((*out_shape[:-1], (groups + 3) // 4), device=input.device, dtype=torch.int32)
     elif scale_ue8m0:
         aligned_k = (groups + 3) // 4 * 4
-        output_s = torch.empty((*out_shape[:-2], aligned_k // 4, (tokens + 3) // 4 * 4), device=input.device,
-                               dtype=torch.int32).transpose(-1, -2)[..., :tokens, :]
+        output_s = torch.empty(
+            (*out_shape[:-2], aligned_k // 4, (tokens + 3) // 4 * 4), device=input.device, dtype=torch.int32
+        ).transpose(-1, -2)[..., :tokens, :]
     elif column_major_scales:
-        output_s = torch.empty((*out_shape[:-2], groups, (tokens + 3) // 4 * 4), device=input.device,
-                               dtype=torch.float32).transpose(-1, -2)[..., :tokens, :]
+        output_s = torch.empty(
+            (*out_shape[:-2], groups, (tokens + 3) // 4 * 4), device=input.device, dtype=torch.float32
+        ).transpose(-1, -2)[..., :tokens, :]
     else:
         output_s = torch.empty((*out_shape[:-1], groups), device=input.device, dtype=torch.float32)
     return output_q, output_s

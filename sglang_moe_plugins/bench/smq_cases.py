@@ -11,8 +11,20 @@ import torch
 
 from ..catalog import get_model
 
-__all__ = ["Case", "CASES", "REFERENCE_TIMED", "SWEEP_CASES", "masked_counts", "floor_us", "needed_host_specs",
-           "warm_job", "sweep_variants", "v7_config", "input_sets", "copy_bytes"]
+__all__ = [
+    "Case",
+    "CASES",
+    "REFERENCE_TIMED",
+    "SWEEP_CASES",
+    "masked_counts",
+    "floor_us",
+    "needed_host_specs",
+    "warm_job",
+    "sweep_variants",
+    "v7_config",
+    "input_sets",
+    "copy_bytes",
+]
 
 
 @dataclass(frozen=True)
@@ -66,16 +78,36 @@ CASES: list[Case] = [
     # prefill, D >= 2048
     _case("DSV4-Flash EP8 prefill", "deepseek-ai/DeepSeek-V4-Flash", 8, 2048, 8192, limit=L10),
     _case("DSV4-Flash EP8 prefill skew", "deepseek-ai/DeepSeek-V4-Flash", 8, 2048, 8192, limit=L10, routing="skew"),
-    _case("DSV4-Flash EP8 prefill ue8m0", "deepseek-ai/DeepSeek-V4-Flash", 8, 2048, 8192, limit=L10, layout="ue8m0_packed"),
-    _case("DSV4-Flash EP8 prefill ue8m0 swz", "deepseek-ai/DeepSeek-V4-Flash", 8, 2048, 8192, limit=L10,
-          layout="ue8m0_packed", swizzle=True),
-    _case("DSV4-Flash EP8 prefill g32 ue8m0", "deepseek-ai/DeepSeek-V4-Flash", 8, 2048, 8192, limit=L10,
-          layout="ue8m0_packed", gs=32),
+    _case(
+        "DSV4-Flash EP8 prefill ue8m0", "deepseek-ai/DeepSeek-V4-Flash", 8, 2048, 8192, limit=L10, layout="ue8m0_packed"
+    ),
+    _case(
+        "DSV4-Flash EP8 prefill ue8m0 swz",
+        "deepseek-ai/DeepSeek-V4-Flash",
+        8,
+        2048,
+        8192,
+        limit=L10,
+        layout="ue8m0_packed",
+        swizzle=True,
+    ),
+    _case(
+        "DSV4-Flash EP8 prefill g32 ue8m0",
+        "deepseek-ai/DeepSeek-V4-Flash",
+        8,
+        2048,
+        8192,
+        limit=L10,
+        layout="ue8m0_packed",
+        gs=32,
+    ),
     _case("DSV4-Flash EP8 prefill 6k", "deepseek-ai/DeepSeek-V4-Flash", 8, 1024, 6144),
     Case("issue E=64 D=4096 limit", E=64, N=2048, D=4096, rows=16384, limit=L10, topk=8, model="(issue 4)", ep=0),
     _case("DSV3 EP8 prefill", "deepseek-ai/DeepSeek-V3", 8, 2048, 16384),
     _case("DSV3 EP8 prefill skew", "deepseek-ai/DeepSeek-V3", 8, 2048, 16384, routing="skew"),
-    _case("DSV4-Pro EP8 prefill ue8m0", "deepseek-ai/DeepSeek-V4-Pro", 8, 2048, 12288, limit=L10, layout="ue8m0_packed"),
+    _case(
+        "DSV4-Pro EP8 prefill ue8m0", "deepseek-ai/DeepSeek-V4-Pro", 8, 2048, 12288, limit=L10, layout="ue8m0_packed"
+    ),
     _case("Kimi-K2 EP8 prefill", "moonshotai/Kimi-K2-Instruct", 8, 2048, 16384),
     _case("Mixtral EP1 prefill", "mistralai/Mixtral-8x7B-v0.1", 1, 4096, 8192),
     # prefill, D < 2048
@@ -91,12 +123,28 @@ CASES: list[Case] = [
     _case("Qwen3-Next EP1 prefill 16k", "Qwen/Qwen3-Next-80B-A3B", 1, 2048, 16384),
     # decode
     _case("DSV4-Flash EP8 decode", "deepseek-ai/DeepSeek-V4-Flash", 8, 128, 384, limit=L10, phase="decode"),
-    _case("DSV4-Flash EP8 decode ue8m0", "deepseek-ai/DeepSeek-V4-Flash", 8, 128, 512, limit=L10,
-          layout="ue8m0_packed", phase="decode"),
+    _case(
+        "DSV4-Flash EP8 decode ue8m0",
+        "deepseek-ai/DeepSeek-V4-Flash",
+        8,
+        128,
+        512,
+        limit=L10,
+        layout="ue8m0_packed",
+        phase="decode",
+    ),
     _case("DSV4-Flash EP8 decode 768", "deepseek-ai/DeepSeek-V4-Flash", 8, 128, 768, phase="decode"),
     _case("DSV3 EP8 decode", "deepseek-ai/DeepSeek-V3", 8, 128, 512, phase="decode"),
-    _case("DSV4-Pro EP8 decode ue8m0", "deepseek-ai/DeepSeek-V4-Pro", 8, 64, 256, limit=L10, layout="ue8m0_packed",
-          phase="decode"),
+    _case(
+        "DSV4-Pro EP8 decode ue8m0",
+        "deepseek-ai/DeepSeek-V4-Pro",
+        8,
+        64,
+        256,
+        limit=L10,
+        layout="ue8m0_packed",
+        phase="decode",
+    ),
     _case("Qwen3-235B EP4 decode", "Qwen/Qwen3-235B-A22B", 4, 128, 512, phase="decode"),
     _case("Qwen3-30B EP1 decode", "Qwen/Qwen3-30B-A3B", 1, 64, 512, phase="decode"),
     _case("Qwen3-30B EP1 decode 16", "Qwen/Qwen3-30B-A3B", 1, 16, 128, phase="decode"),
@@ -129,9 +177,10 @@ def needed_host_specs(cases: list[Case]) -> tuple[list, list]:
 
     dsv4, ptgq = set(), set()
     for c in cases:
-        want_dsv4, want_ptgq = plugin_specs(SiluMulQuantShape(c.E, c.N, c.D, c.gs, c.topk),
-                                            SiluMulQuantConfig(swiglu_limit=c.limit, swizzle=c.swizzle,
-                                                               scale_layout=c.layout))
+        want_dsv4, want_ptgq = plugin_specs(
+            SiluMulQuantShape(c.E, c.N, c.D, c.gs, c.topk),
+            SiluMulQuantConfig(swiglu_limit=c.limit, swizzle=c.swizzle, scale_layout=c.layout),
+        )
         if c.jit_reason() is None:
             dsv4.add(want_dsv4)
         if not c.swizzle:
@@ -139,12 +188,10 @@ def needed_host_specs(cases: list[Case]) -> tuple[list, list]:
     return sorted(dsv4), sorted(ptgq, key=str)
 
 
-
 def floor_us(case: Case, rows: int, bw: float) -> float:
     G = case.D // case.gs
     scale_bytes = G if case.ue8m0 else 4 * G
     return rows * (4 * case.D + case.D + scale_bytes) / bw * 1e6
-
 
 
 def input_sets(case: Case, floor: float, bw: float, l2_bytes: int) -> int:
@@ -172,8 +219,9 @@ def v7_config(case: Case) -> dict:
 
     block_c = choose_block_c(case.D, case.gs)
     ctas, waves = (4, 1) if row_bound(case.E, case.N, case.topk) <= 2048 else (16, 2) if case.E <= 64 else (8, 1)
-    return asdict(KernelConfig(block_m=max(1, 2048 // block_c), block_c=block_c, num_warps=4, ctas_per_sm=ctas,
-                               waves=waves))
+    return asdict(
+        KernelConfig(block_m=max(1, 2048 // block_c), block_c=block_c, num_warps=4, ctas_per_sm=ctas, waves=waves)
+    )
 
 
 def warm_job(case: Case, kcfg: Optional[dict] = None, pdl: bool = True) -> tuple:
@@ -189,10 +237,21 @@ def warm_job(case: Case, kcfg: Optional[dict] = None, pdl: bool = True) -> tuple
 
 #: Shapes of the configuration sweeps behind choose_config (docs/triton-kernel.md): the v2 sweep used
 #: the first seven, the v3 sweep the last four.
-SWEEP_CASES = ["DSV3 EP8 prefill", "DSV4-Pro EP8 prefill ue8m0", "Qwen3-235B EP4 prefill", "Qwen3-30B EP1 prefill",
-               "Qwen3-Next EP1 prefill", "DSV4-Flash EP8 decode", "Qwen3.5-35B EP2 prefill",
-               "Qwen3-Next EP1 decode", "Qwen3-30B EP1 decode", "issue E=64 D=4096 limit",
-               "Kimi-K2 EP8 prefill", "Mixtral EP1 prefill", "DSV4-Flash EP8 decode 768"]
+SWEEP_CASES = [
+    "DSV3 EP8 prefill",
+    "DSV4-Pro EP8 prefill ue8m0",
+    "Qwen3-235B EP4 prefill",
+    "Qwen3-30B EP1 prefill",
+    "Qwen3-Next EP1 prefill",
+    "DSV4-Flash EP8 decode",
+    "Qwen3.5-35B EP2 prefill",
+    "Qwen3-Next EP1 decode",
+    "Qwen3-30B EP1 decode",
+    "issue E=64 D=4096 limit",
+    "Kimi-K2 EP8 prefill",
+    "Mixtral EP1 prefill",
+    "DSV4-Flash EP8 decode 768",
+]
 
 
 def sweep_variants(case: Case, sweep_set: str = "1") -> list[dict]:
@@ -206,8 +265,15 @@ def sweep_variants(case: Case, sweep_set: str = "1") -> list[dict]:
             for elems, warps in ((2048, 4), (4096, 8)):
                 for prefetch in (False, True):
                     for waves in (1, 2):
-                        cfg = dict(block_m=max(1, elems // bc), block_c=bc, num_warps=warps, ctas_per_sm=16,
-                                   prefetch=prefetch, max_registers=None, waves=waves)
+                        cfg = dict(
+                            block_m=max(1, elems // bc),
+                            block_c=bc,
+                            num_warps=warps,
+                            ctas_per_sm=16,
+                            prefetch=prefetch,
+                            max_registers=None,
+                            waves=waves,
+                        )
                         if cfg not in cfgs:
                             cfgs.append(cfg)
         return cfgs
@@ -220,8 +286,17 @@ def sweep_variants(case: Case, sweep_set: str = "1") -> list[dict]:
                     for waves in (1, 2):
                         if prefetch and waves == 2:
                             continue
-                        out.append(dict(block_m=bm, block_c=bc, num_warps=warps, ctas_per_sm=16, prefetch=prefetch,
-                                        max_registers=regs, waves=waves))
+                        out.append(
+                            dict(
+                                block_m=bm,
+                                block_c=bc,
+                                num_warps=warps,
+                                ctas_per_sm=16,
+                                prefetch=prefetch,
+                                max_registers=regs,
+                                waves=waves,
+                            )
+                        )
         return out
     for elems, warps in ((2048, 4), (4096, 4), (4096, 8), (8192, 8)):
         for prefetch in (False, True):
@@ -230,5 +305,3 @@ def sweep_variants(case: Case, sweep_set: str = "1") -> list[dict]:
             for ctas in (2, 4, 8, 16):
                 out.append(dict(block_m=bm, block_c=bc, num_warps=warps, ctas_per_sm=ctas, prefetch=prefetch))
     return out
-
-

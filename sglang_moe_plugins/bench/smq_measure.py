@@ -17,8 +17,17 @@ import torch
 from ..ops.silu_mul_quant import SiluMulQuantInputs, SiluMulQuantOutputs, allocate_outputs, real_rows
 from ..plugins.reference import silu_mul_quant_reference
 from ..testing.case import POISON_FP8, POISON_SCALE_INT, poison
-from .smq_cases import (CASES, REFERENCE_TIMED, Case, copy_bytes, floor_us, input_sets, masked_counts, sweep_variants,
-                        v7_config)
+from .smq_cases import (
+    CASES,
+    REFERENCE_TIMED,
+    Case,
+    copy_bytes,
+    floor_us,
+    input_sets,
+    masked_counts,
+    sweep_variants,
+    v7_config,
+)
 from .smq_paths import Paths
 from ..plugins.triton_smq.tuning import KernelConfig
 from .timing import graph_time_us, random_gateup, round_orders
@@ -66,16 +75,25 @@ def compare(ref: SiluMulQuantOutputs, got: SiluMulQuantOutputs, masked_m: torch.
         "unwritten_scales": unwritten_s,
         "real_elements": int(qa.numel()),
     }
-    res["pass"] = (res["q_identical"] >= 0.999 and res["q_within_one_step"] and scale_ok
-                   and res["unwritten_values"] == 0 and res["unwritten_scales"] == 0)
+    res["pass"] = (
+        res["q_identical"] >= 0.999
+        and res["q_within_one_step"]
+        and scale_ok
+        and res["unwritten_values"] == 0
+        and res["unwritten_scales"] == 0
+    )
     return res
 
 
 def bit_identical(result: dict) -> bool:
     """Whether a :func:`compare` result shows the same bytes on every real row: every fp8 value and every
     scale equal, nothing left unwritten (the check of the variant benchmarks against their reference kernel)."""
-    return (result["q_identical"] == 1.0 and result["scale_err"] == 0.0 and result["unwritten_values"] == 0
-            and result["unwritten_scales"] == 0)
+    return (
+        result["q_identical"] == 1.0
+        and result["scale_err"] == 0.0
+        and result["unwritten_values"] == 0
+        and result["unwritten_scales"] == 0
+    )
 
 
 def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log, rounds: int = 3) -> dict:
@@ -94,8 +112,10 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log, rounds: 
     checks: dict = {}
     jit_via, fb_via = paths.jit_via(case), paths.fb_via(case)
     v7 = KernelConfig(**v7_config(case))
-    todo = [("triton", case.layout, lambda o: paths.run_triton(x, masked_m, o, case)),
-            ("triton_v7", case.layout, lambda o: paths.run_triton(x, masked_m, o, case, kcfg=v7))]
+    todo = [
+        ("triton", case.layout, lambda o: paths.run_triton(x, masked_m, o, case)),
+        ("triton_v7", case.layout, lambda o: paths.run_triton(x, masked_m, o, case, kcfg=v7)),
+    ]
     if case.layout == "column_major":
         todo.append(("triton_rm", "row_major", lambda o: paths.run_triton(x, masked_m, o, case, "row_major")))
     if jit_via:
@@ -132,20 +152,23 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log, rounds: 
         shape, config = paths.shape_config(sets[0], masked_m, case, layout)
         return [allocate_outputs(shape, config, sets[0].device) for _ in sets]
 
-    timed = [("triton", case.layout, lambda xs, o: paths.run_triton(xs, masked_m, o, case)),
-             ("triton_v7", case.layout, lambda xs, o: paths.run_triton(xs, masked_m, o, case, kcfg=v7))]
+    timed = [
+        ("triton", case.layout, lambda xs, o: paths.run_triton(xs, masked_m, o, case)),
+        ("triton_v7", case.layout, lambda xs, o: paths.run_triton(xs, masked_m, o, case, kcfg=v7)),
+    ]
     if case.layout == "column_major":
         timed.append(("triton_rm", "row_major", lambda xs, o: paths.run_triton(xs, masked_m, o, case, "row_major")))
-        timed.append(("triton_v7_rm", "row_major",
-                      lambda xs, o: paths.run_triton(xs, masked_m, o, case, "row_major", kcfg=v7)))
+        timed.append(
+            ("triton_v7_rm", "row_major", lambda xs, o: paths.run_triton(xs, masked_m, o, case, "row_major", kcfg=v7))
+        )
     if jit_via:
         timed.append(("jit_ep", paths.jit_layout(case), lambda xs, o: paths.run_jit(xs, masked_m, o, case, jit_via)))
     if fb_via:
-        timed.append(("fp8_fallback", paths.fb_layout(case),
-                      lambda xs, o: paths.run_fb(xs, masked_m, o, case, fb_via)))
+        timed.append(("fp8_fallback", paths.fb_layout(case), lambda xs, o: paths.run_fb(xs, masked_m, o, case, fb_via)))
     if jit_via == "raw" and paths.jit_plugin is not None:
-        timed.append(("jit_ep_plugin", paths.jit_layout(case),
-                      lambda xs, o: paths.run_jit(xs, masked_m, o, case, "plugin")))
+        timed.append(
+            ("jit_ep_plugin", paths.jit_layout(case), lambda xs, o: paths.run_jit(xs, masked_m, o, case, "plugin"))
+        )
     timed.append(("triton_nopdl", case.layout, lambda xs, o: paths.run_triton(xs, masked_m, o, case, pdl=False)))
     if jit_via and paths.host_nopdl is not None:
         timed.append(("jit_ep_nopdl", paths.jit_layout(case), lambda xs, o: paths.run_jit_nopdl(xs, masked_m, o, case)))
@@ -161,8 +184,10 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log, rounds: 
                 samples.setdefault(name, []).append((graph_time_us(calls), warm))
                 del outs, calls
             except Exception as exc:  # the rounds timed before stay in the entry, beside the error
-                res["paths"][name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}",
-                                      "rounds_us": [u for u, _ in samples.get(name, [])]}
+                res["paths"][name] = {
+                    "error": f"{type(exc).__name__}: {str(exc)[:300]}",
+                    "rounds_us": [u for u, _ in samples.get(name, [])],
+                }
                 log(traceback.format_exc())
     for name, layout, _ in timed:
         if name in res["paths"] or name not in samples:
@@ -211,8 +236,9 @@ def _warm_worker(jobs: list) -> int:
         m = torch.zeros(E, dtype=torch.int32, device="cuda")
         out = torch.empty(E, 1, D, dtype=torch.float8_e4m3fn, device="cuda")
         G = D // gs
-        sc = torch.empty(E, 1, (G + 3) // 4 if ue8m0 else G, dtype=torch.int32 if ue8m0 else torch.float32,
-                         device="cuda")
+        sc = torch.empty(
+            E, 1, (G + 3) // 4 if ue8m0 else G, dtype=torch.int32 if ue8m0 else torch.float32, device="cuda"
+        )
         cfg = KernelConfig(**dict(kcfg)) if kcfg else None
         K.launch(x, m, out, sc, group_size=gs, swiglu_limit=limit, swizzle=swizzle, ue8m0=ue8m0, config=cfg, pdl=pdl)
     torch.cuda.synchronize()
@@ -258,20 +284,30 @@ def run_sweep(paths: Paths, bw: float, l2: int, log, names: list[str], sweep_set
         for var in sweep_variants(case, sweep_set):
             kcfg = KernelConfig(**var)
             try:
-                calls = [(lambda xs=xs, o=o: paths.run_triton(xs, masked_m, o, case, layout=layout, kcfg=kcfg))
-                         for xs, o in zip(sets, outs)]
+                calls = [
+                    (lambda xs=xs, o=o: paths.run_triton(xs, masked_m, o, case, layout=layout, kcfg=kcfg))
+                    for xs, o in zip(sets, outs)
+                ]
                 known = set(occupancy_records())
                 us = graph_time_us(calls, target_ms=20.0)
                 new = [v for k, v in occupancy_records().items() if k not in known]
-                results.append({"case": name, "cfg": var, "us": us, "frac": fl / us,
-                                "regs_shared_resident": new[0] if new else None})
+                results.append(
+                    {
+                        "case": name,
+                        "cfg": var,
+                        "us": us,
+                        "frac": fl / us,
+                        "regs_shared_resident": new[0] if new else None,
+                    }
+                )
             except Exception as exc:
                 results.append({"case": name, "cfg": var, "error": str(exc)[:200]})
-        best = min((r for r in results if r["case"] == name and "us" in r and r["cfg"] != "sglang_jit"),
-                   key=lambda r: r["us"], default=None)
+        best = min(
+            (r for r in results if r["case"] == name and "us" in r and r["cfg"] != "sglang_jit"),
+            key=lambda r: r["us"],
+            default=None,
+        )
         log(f"sweep {name}: best {best}")
         del sets, outs
         torch.cuda.empty_cache()
     return results
-
-

@@ -33,8 +33,15 @@ class Paths:
 
     @staticmethod
     def shape_config(gateup, masked_m, case: Case, layout: Optional[str] = None):
-        return describe(gateup, masked_m, group_size=case.gs, topk=case.topk, swiglu_limit=case.limit,
-                        swizzle=case.swizzle, scale_layout=layout or case.layout)
+        return describe(
+            gateup,
+            masked_m,
+            group_size=case.gs,
+            topk=case.topk,
+            swiglu_limit=case.limit,
+            swizzle=case.swizzle,
+            scale_layout=layout or case.layout,
+        )
 
     def run_triton(self, gateup, masked_m, outputs, case, layout=None, kcfg=None, pdl=True):
         shape, config = self.shape_config(gateup, masked_m, case, layout)
@@ -44,9 +51,18 @@ class Paths:
             from ..plugins.triton_smq import launch as K
             from ..quant import round_to_bf16
 
-            K.launch(gateup, masked_m, outputs.out, outputs.scale, group_size=case.gs,
-                     swiglu_limit=None if case.limit is None else round_to_bf16(case.limit),
-                     swizzle=case.swizzle, ue8m0=case.ue8m0, config=kcfg, pdl=pdl)
+            K.launch(
+                gateup,
+                masked_m,
+                outputs.out,
+                outputs.scale,
+                group_size=case.gs,
+                swiglu_limit=None if case.limit is None else round_to_bf16(case.limit),
+                swizzle=case.swizzle,
+                ue8m0=case.ue8m0,
+                config=kcfg,
+                pdl=pdl,
+            )
 
     def jit_layout(self, case: Case) -> str:
         return "ue8m0_packed" if case.ue8m0 else "row_major"
@@ -71,8 +87,10 @@ class Paths:
         from ..hardware import local_platform
         from ..ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantShape
 
-        return (SiluMulQuantShape(case.E, case.N, case.D, case.gs, case.topk),
-                SiluMulQuantConfig(local_platform(), case.limit, case.swizzle, layout, False))
+        return (
+            SiluMulQuantShape(case.E, case.N, case.D, case.gs, case.topk),
+            SiluMulQuantConfig(local_platform(), case.limit, case.swizzle, layout, False),
+        )
 
     def run_jit(self, gateup, masked_m, outputs, case, via):
         if via == "plugin":
@@ -83,16 +101,33 @@ class Paths:
                 self.jit_plugin.run(SiluMulQuantInputs(gateup, masked_m), outputs, shape, config)
             return
         scale = outputs.scale.transpose(1, 2) if case.ue8m0 else outputs.scale
-        self.host.silu_and_mul_masked_post_quant(gateup, outputs.out, scale, case.gs, masked_m,
-                                                 scale_ue8m0=case.ue8m0, topk=case.topk, transposed=case.ue8m0,
-                                                 swiglu_limit=case.limit, swizzle=case.swizzle)
+        self.host.silu_and_mul_masked_post_quant(
+            gateup,
+            outputs.out,
+            scale,
+            case.gs,
+            masked_m,
+            scale_ue8m0=case.ue8m0,
+            topk=case.topk,
+            transposed=case.ue8m0,
+            swiglu_limit=case.limit,
+            swizzle=case.swizzle,
+        )
 
     def run_jit_nopdl(self, gateup, masked_m, outputs, case):
         scale = outputs.scale.transpose(1, 2) if case.ue8m0 else outputs.scale
-        self.host_nopdl.silu_and_mul_masked_post_quant(gateup, outputs.out, scale, case.gs, masked_m,
-                                                       scale_ue8m0=case.ue8m0, topk=case.topk,
-                                                       transposed=case.ue8m0, swiglu_limit=case.limit,
-                                                       swizzle=case.swizzle)
+        self.host_nopdl.silu_and_mul_masked_post_quant(
+            gateup,
+            outputs.out,
+            scale,
+            case.gs,
+            masked_m,
+            scale_ue8m0=case.ue8m0,
+            topk=case.topk,
+            transposed=case.ue8m0,
+            swiglu_limit=case.limit,
+            swizzle=case.swizzle,
+        )
 
     def fb_layout(self, case: Case) -> str:
         return case.layout
@@ -119,6 +154,12 @@ class Paths:
             with use_host_kernels(self.host):
                 self.fb_plugin.run(SiluMulQuantInputs(gateup, masked_m), outputs, shape, config)
             return
-        self.host.per_token_group_quant(gateup, outputs.out, outputs.scale, case.gs, scale_ue8m0=case.ue8m0,
-                                        fuse_silu_and_mul=True, masked_m=masked_m)
-
+        self.host.per_token_group_quant(
+            gateup,
+            outputs.out,
+            outputs.scale,
+            case.gs,
+            scale_ue8m0=case.ue8m0,
+            fuse_silu_and_mul=True,
+            masked_m=masked_m,
+        )

@@ -19,8 +19,9 @@ from .smq_paths import Paths
 __all__ = ["load_host_kernels", "warm_jobs", "burn_in", "triton_eager_host_us", "write_results"]
 
 
-def load_host_kernels(jit_root: pathlib.Path, prebuilt: pathlib.Path, cases: list[Case],
-                      log: Callable[[str], None]) -> tuple[Any, Any]:
+def load_host_kernels(
+    jit_root: pathlib.Path, prebuilt: pathlib.Path, cases: list[Case], log: Callable[[str], None]
+) -> tuple[Any, Any]:
     """``(host, host_nopdl)``: SGLang's kernels for ``cases`` built from the wheel's JIT sources under
     ``jit_root`` (modules found under ``prebuilt`` loaded from there), with PDL and without; ``(None, None)``
     with the reason logged when they cannot be built."""
@@ -44,12 +45,19 @@ def load_host_kernels(jit_root: pathlib.Path, prebuilt: pathlib.Path, cases: lis
 
 def warm_jobs(cases: list[Case], sweep: bool, sweep_names: list[str], sweep_set: str) -> list[tuple]:
     """The Triton specialisations the run launches: every case with and without PDL, the sweep's variants."""
-    jobs = [warm_job(c) for c in cases] + [warm_job(c, pdl=False) for c in cases] + [warm_job(c, v7_config(c)) for c in cases]
+    jobs = (
+        [warm_job(c) for c in cases]
+        + [warm_job(c, pdl=False) for c in cases]
+        + [warm_job(c, v7_config(c)) for c in cases]
+    )
     if sweep:
         by_name = {c.name: c for c in CASES}
         for name in sweep_names:
-            jobs += [warm_job(by_name[name], v) for v in sweep_variants(by_name[name], sweep_set)
-                     if v["ctas_per_sm"] == 4 or sweep_set != "1"]
+            jobs += [
+                warm_job(by_name[name], v)
+                for v in sweep_variants(by_name[name], sweep_set)
+                if v["ctas_per_sm"] == 4 or sweep_set != "1"
+            ]
     return jobs
 
 
@@ -83,16 +91,26 @@ def triton_eager_host_us(case: Case, paths: Paths, log: Callable[[str], None]) -
     return host_us
 
 
-def write_results(out: pathlib.Path, stamp: str, meta: dict[str, Any], bw: float, device: str, date: str,
-                  results: list[dict], sweep: list[dict], log: Callable[[str], None]) -> tuple[str, dict]:
+def write_results(
+    out: pathlib.Path,
+    stamp: str,
+    meta: dict[str, Any],
+    bw: float,
+    device: str,
+    date: str,
+    results: list[dict],
+    sweep: list[dict],
+    log: Callable[[str], None],
+) -> tuple[str, dict]:
     """``silu_mul_quant_<stamp>.{json,md,png}`` under ``out``: ``meta`` (device, date, versions, run, copy
     ceiling, ...) then the summary, the results and the sweep; returns ``(table, summary)``."""
     summary = smq_summary(results)
     payload = {**meta, "summary": summary, "results": results, "sweep": sweep}
     (out / f"silu_mul_quant_{stamp}.json").write_text(json.dumps(payload, indent=1, default=str))
     table = smq_table(results, bw, device, date)
-    (out / f"silu_mul_quant_{stamp}.md").write_text(table + "\n\n## Summary\n\n```\n"
-                                                    + json.dumps(summary, indent=1, default=str) + "\n```\n")
+    (out / f"silu_mul_quant_{stamp}.md").write_text(
+        table + "\n\n## Summary\n\n```\n" + json.dumps(summary, indent=1, default=str) + "\n```\n"
+    )
     try:
         smq_plot(results, out / f"silu_mul_quant_{stamp}.png", f"silu_mul_quant, {device}, {date}")
     except Exception:

@@ -13,8 +13,16 @@ from typing import Callable, Iterator, Protocol
 
 import torch
 
-__all__ = ["Timer", "CudaGraphTimer", "copy_bandwidth", "graph_time_us", "round_orders", "rotation_sets", "random_gateup",
-           "L2_BYTES_FALLBACK"]
+__all__ = [
+    "Timer",
+    "CudaGraphTimer",
+    "copy_bandwidth",
+    "graph_time_us",
+    "round_orders",
+    "rotation_sets",
+    "random_gateup",
+    "L2_BYTES_FALLBACK",
+]
 
 #: When the device does not report its L2 size (bytes); an H200 has 60 MiB.
 L2_BYTES_FALLBACK = 64 * 2**20

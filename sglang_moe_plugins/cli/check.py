@@ -22,8 +22,17 @@ import sys
 import time
 from typing import Any, Sequence, TextIO
 
-__all__ = ["add_arguments", "add_check_parser", "cmd_check", "main", "EXIT_PASSED", "EXIT_FAILED", "EXIT_ERROR", "EXIT_NOT_EXERCISED",
-           "EXIT_INCOMPLETE"]
+__all__ = [
+    "add_arguments",
+    "add_check_parser",
+    "cmd_check",
+    "main",
+    "EXIT_PASSED",
+    "EXIT_FAILED",
+    "EXIT_ERROR",
+    "EXIT_NOT_EXERCISED",
+    "EXIT_INCOMPLETE",
+]
 
 EXIT_PASSED = 0
 EXIT_FAILED = 1
@@ -83,17 +92,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="seed of the random cases and inputs (default: drawn and printed)")
     parser.add_argument("--cases", type=int, metavar="N", help="number of random property-based cases (default 24)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda or cuda:N")
-    parser.add_argument("--max-elements", type=int, metavar="N",
-                        help="size budget per case in input elements (default 2**20 on CPU, 2**27 on CUDA)")
-    parser.add_argument("--catalog-runs", type=int, metavar="N",
-                        help="run at most N catalog cases (default 24 on CPU, all on CUDA); the rest are supports()-checked")
-    parser.add_argument("--model", action="append", dest="models", metavar="NAME",
-                        help="restrict the catalog to this model (repeatable; default every model)")
+    parser.add_argument(
+        "--max-elements",
+        type=int,
+        metavar="N",
+        help="size budget per case in input elements (default 2**20 on CPU, 2**27 on CUDA)",
+    )
+    parser.add_argument(
+        "--catalog-runs",
+        type=int,
+        metavar="N",
+        help="run at most N catalog cases (default 24 on CPU, all on CUDA); the rest are supports()-checked",
+    )
+    parser.add_argument(
+        "--model",
+        action="append",
+        dest="models",
+        metavar="NAME",
+        help="restrict the catalog to this model (repeatable; default every model)",
+    )
     parser.add_argument("--no-catalog", action="store_true", help="skip the catalog cases")
-    parser.add_argument("--supports-budget-us", type=float, default=1000.0, help="supports() median budget per call (default 1000)")
-    parser.add_argument("--supports-limit-ms", type=float, default=50.0,
-                        help="no single supports() call may take longer (default 50 ms; the first call is exempt); "
-                             "a slower one fails at once and the remaining cases are not asked")
+    parser.add_argument(
+        "--supports-budget-us", type=float, default=1000.0, help="supports() median budget per call (default 1000)"
+    )
+    parser.add_argument(
+        "--supports-limit-ms",
+        type=float,
+        default=50.0,
+        help="no single supports() call may take longer (default 50 ms; the first call is exempt); "
+        "a slower one fails at once and the remaining cases are not asked",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument("--verbose", "-v", action="store_true", help="list every case that ran or failed")
@@ -101,7 +129,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _case_table(report: Any) -> str:
-    rows = [(c.status, c.origin, c.label, c.shape, f"{c.seconds:.2f}s") for c in report.cases if c.status not in ("probed", "rejected")]
+    rows = [
+        (c.status, c.origin, c.label, c.shape, f"{c.seconds:.2f}s")
+        for c in report.cases
+        if c.status not in ("probed", "rejected")
+    ]
     rows += [(c.status, c.origin, c.label, c.shape, c.reason) for c in report.cases if c.status == "rejected"]
     if not rows:
         return ""
@@ -116,8 +148,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ..testing.case import SuiteOptions
     from ..testing.suite import run_conformance
 
-    overrides: dict[str, Any] = {"device": args.device, "supports_budget_us": args.supports_budget_us,
-                                 "supports_limit_us": args.supports_limit_ms * 1e3}
+    overrides: dict[str, Any] = {
+        "device": args.device,
+        "supports_budget_us": args.supports_budget_us,
+        "supports_limit_us": args.supports_limit_ms * 1e3,
+    }
     if args.seed is not None:
         overrides["seed"] = args.seed
     if args.cases is not None:
@@ -133,8 +168,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     progress = None if args.no_progress else _Progress(sys.stderr)
 
     def estimate(seconds: float, cases: int) -> None:
-        print(f"sglang-moe-plugins check: this run will take about {seconds:.0f} s ({cases} cases to run); "
-              "--cases N, --catalog-runs N, --model NAME or --no-catalog shorten it", file=sys.stderr, flush=True)
+        print(
+            f"sglang-moe-plugins check: this run will take about {seconds:.0f} s ({cases} cases to run); "
+            "--cases N, --catalog-runs N, --model NAME or --no-catalog shorten it",
+            file=sys.stderr,
+            flush=True,
+        )
 
     try:
         report = run_conformance(args.target, SuiteOptions(), progress=progress, estimate=estimate, **overrides)

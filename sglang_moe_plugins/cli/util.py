@@ -12,8 +12,19 @@ from typing import TYPE_CHECKING, Any, NoReturn, Sequence
 if TYPE_CHECKING:
     from ..hardware import Platform
 
-__all__ = ["UsageError", "Parser", "fail", "set_argv", "table", "emit", "parse_platform", "platform_arg", "positive_int",
-           "rows_arg", "to_json"]
+__all__ = [
+    "UsageError",
+    "Parser",
+    "fail",
+    "set_argv",
+    "table",
+    "emit",
+    "parse_platform",
+    "platform_arg",
+    "positive_int",
+    "rows_arg",
+    "to_json",
+]
 
 
 class UsageError(Exception):
@@ -101,7 +112,9 @@ def parse_platform(text: str | None) -> Platform:
     if text.startswith("sm") and digits.isdigit() and len(digits) in (2, 3) and digits[0] != "0":
         number = int(digits)
         return Platform.cuda(number // 10, number % 10)
-    raise argparse.ArgumentTypeError(f"{text!r} is not a platform; allowed: local (this machine), cpu, or smNN (sm90, sm100, sm120)")
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a platform; allowed: local (this machine), cpu, or smNN (sm90, sm100, sm120)"
+    )
 
 
 def platform_arg(text: str) -> str:
@@ -126,7 +139,9 @@ def rows_arg(text: str) -> tuple[int, ...]:
         try:
             value = int(part)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r}: {part!r} is not an integer; allowed: comma-separated ints >= 1") from None
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: {part!r} is not an integer; allowed: comma-separated ints >= 1"
+            ) from None
         if value < 1:
             raise argparse.ArgumentTypeError(f"{text!r}: {value} is not allowed; allowed: comma-separated ints >= 1")
         out.append(value)

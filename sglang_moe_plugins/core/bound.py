@@ -63,7 +63,9 @@ class BoundOp:
         return not self._first.pending
 
 
-def inputs_maybe_written(plugin: Any, writable: tuple[tuple[str, str], ...], inputs: Any, shape: Any, config: Any) -> tuple[str, ...]:
+def inputs_maybe_written(
+    plugin: Any, writable: tuple[tuple[str, str], ...], inputs: Any, shape: Any, config: Any
+) -> tuple[str, ...]:
     """The inputs of this call that ``plugin`` may have written: those the host marked writable (the
     flag of a ``writable`` pair is true) and the plugin does not declare it leaves alone.
 

@@ -81,7 +81,9 @@ class Selection:
         head += f"chose {self.chosen.name!r}" if self.chosen else "NO plugin supports this call"
         lines = [head]
         for cand in self.candidates:
-            lines.append(f"  {'*' if cand.verdict == Verdict.CHOSEN else '-'} {cand.name} (priority {cand.priority}) {cand.verdict}: {cand.reason}")
+            lines.append(
+                f"  {'*' if cand.verdict == Verdict.CHOSEN else '-'} {cand.name} (priority {cand.priority}) {cand.verdict}: {cand.reason}"
+            )
         return "\n".join(lines)
 
 
@@ -91,16 +93,20 @@ def info_line(selection: Selection, width: int = INFO_LINE_MAX) -> str:
     head = f"sglang-moe-plugins: {selection.op} -> {selection.chosen.name} for "
     key = selection.key_description()
     room = width - len(head)
-    return head + (key if len(key) <= room else key[:room - 3] + "...")
+    return head + (key if len(key) <= room else key[: room - 3] + "...")
 
 
 def reasons_line(selection: Selection) -> str:
     """A choice in one line with its reasons: the chosen plugin's, and every other plugin's verdict and
     reason. Only for a selection that chose a plugin."""
     chosen = selection.chosen.name
-    others = "; ".join(f"{c.name}: {c.verdict} ({c.reason})" for c in selection.candidates if c.verdict != Verdict.CHOSEN)
-    return (f"sglang-moe-plugins: {selection.op} {selection.key_description()} -> {chosen} "
-            f"({selection.candidate(chosen).reason}){f'; not chosen: {others}' if others else ''}")
+    others = "; ".join(
+        f"{c.name}: {c.verdict} ({c.reason})" for c in selection.candidates if c.verdict != Verdict.CHOSEN
+    )
+    return (
+        f"sglang-moe-plugins: {selection.op} {selection.key_description()} -> {chosen} "
+        f"({selection.candidate(chosen).reason}){f'; not chosen: {others}' if others else ''}"
+    )
 
 
 def decide(
@@ -133,8 +139,9 @@ def decide(
         for record in records:
             if record.name in ruled:
                 prio, rule = ruled[record.name]
-                notes[record.name] = (f"priority {prio} from {rule.label} ({rule.describe_bounds()}) "
-                                      f"instead of {record.priority}")
+                notes[record.name] = (
+                    f"priority {prio} from {rule.label} ({rule.describe_bounds()}) instead of {record.priority}"
+                )
         records = tuple(sorted(records, key=lambda r: (-ruled.get(r.name, (r.priority,))[0], r.name)))
         records = tuple(dataclasses.replace(r, priority=ruled[r.name][0]) if r.name in ruled else r for r in records)
     for record in records:
@@ -152,11 +159,15 @@ def decide(
         except Exception as exc:  # noqa: BLE001 - a broken plugin must not take selection down
             if strict or collective:
                 why = "strict = true" if strict else f"op {op!r} is collective: no per-rank fallback"
-                exc.add_note(f"sglang-moe-plugins: raised by plugin {record.name!r} (supports) on op {op!r}; "
-                             f"not falling back: {why}")
+                exc.add_note(
+                    f"sglang-moe-plugins: raised by plugin {record.name!r} (supports) on op {op!r}; "
+                    f"not falling back: {why}"
+                )
                 raise
             on_error(record.name, exc)
-            candidates.append(Candidate(record.name, record.priority, Verdict.ERROR, f"supports() raised {type(exc).__name__}: {exc}"))
+            candidates.append(
+                Candidate(record.name, record.priority, Verdict.ERROR, f"supports() raised {type(exc).__name__}: {exc}")
+            )
             continue
         if not support:
             candidates.append(Candidate(record.name, record.priority, Verdict.UNSUPPORTED, support.reason))
@@ -165,9 +176,15 @@ def decide(
             candidates.append(Candidate(record.name, record.priority, Verdict.CHOSEN, support.reason))
         else:
             candidates.append(
-                Candidate(record.name, record.priority, Verdict.OUTRANKED, f"supported, but {chosen.name!r} (priority {chosen.priority}) comes first")
+                Candidate(
+                    record.name,
+                    record.priority,
+                    Verdict.OUTRANKED,
+                    f"supported, but {chosen.name!r} (priority {chosen.priority}) comes first",
+                )
             )
     if notes:
-        candidates = [dataclasses.replace(c, reason=f"{c.reason}; {notes[c.name]}") if c.name in notes else c
-                      for c in candidates]
+        candidates = [
+            dataclasses.replace(c, reason=f"{c.reason}; {notes[c.name]}") if c.name in notes else c for c in candidates
+        ]
     return Selection(op, shape, config, chosen, tuple(candidates))

@@ -40,8 +40,16 @@ BUILTIN_DISTRIBUTION = "sglang-moe-plugins"
 #: A built-in entry point names a module of this package.
 BUILTIN_MODULE_PREFIX = "sglang_moe_plugins."
 #: The built-in plugins' names (pyproject.toml's entry points): reserved, whatever is installed.
-BUILTIN_PLUGINS = ("jit_ep", "fp8_fallback", "triton", "reference", "mega_w4a8", "mega_w4a4", "mega_sm90_fp8",
-                   "mega_reference")
+BUILTIN_PLUGINS = (
+    "jit_ep",
+    "fp8_fallback",
+    "triton",
+    "reference",
+    "mega_w4a8",
+    "mega_w4a4",
+    "mega_sm90_fp8",
+    "mega_reference",
+)
 
 
 def _canonical(name: str) -> str:
@@ -181,9 +189,13 @@ def check_absent_references(config: UserConfig, not_loaded: Mapping[str, NotLoad
     where = f" in {config.source}" if config.source else ""
     for op, name in sorted(config.force.items()):
         if name in not_loaded:
-            raise ConfigError(f"force.{op} = {name!r}{where}, but plugin {name!r} is not loaded: {not_loaded[name].reason}")
+            raise ConfigError(
+                f"force.{op} = {name!r}{where}, but plugin {name!r} is not loaded: {not_loaded[name].reason}"
+            )
         if name in broken:
-            raise ConfigError(f"force.{op} = {name!r}{where}, but plugin {name!r} could not be loaded: {broken[name].error}")
+            raise ConfigError(
+                f"force.{op} = {name!r}{where}, but plugin {name!r} could not be loaded: {broken[name].error}"
+            )
     for name in sorted(config.enable):
         if name in not_loaded and name not in config.disable:
             raise ConfigError(f"enable names plugin {name!r}{where}, which is {not_loaded[name].reason}")

@@ -132,7 +132,9 @@ class Selector:
         if self._caps_logged.first(what):
             logger.warning(
                 "sglang-moe-plugins: %d %s cached, the cap; new keys are selected and bound on every call without "
-                "being cached (and without their INFO line). Do the call shapes change on every call?", CACHE_CAP, what,
+                "being cached (and without their INFO line). Do the call shapes change on every call?",
+                CACHE_CAP,
+                what,
             )
         return False
 
@@ -144,8 +146,18 @@ class Selector:
         def on_error(plugin: str, exc: Exception) -> None:
             self._log_error_once(key, plugin, f"plugin {plugin!r}: supports() raised", exc)
 
-        return decide(op, self.registry.records(op), config_.priority_rules, config_.force.get(op), failed, shape, config,
-                      strict=config_.strict, collective=collective, on_error=on_error)
+        return decide(
+            op,
+            self.registry.records(op),
+            config_.priority_rules,
+            config_.force.get(op),
+            failed,
+            shape,
+            config,
+            strict=config_.strict,
+            collective=collective,
+            on_error=on_error,
+        )
 
     def _log(self, selection: Selection) -> None:
         if selection.chosen is None:
@@ -182,7 +194,9 @@ class Selector:
                     bound = self._make_bound(op, shape, config, record)
                 except Exception as exc:  # noqa: BLE001 - the failure policy decides
                     capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-                    self._on_failure(key, record.name, exc, capturing=capturing, collective=get_op(op).collective, stage="prepare")
+                    self._on_failure(
+                        key, record.name, exc, capturing=capturing, collective=get_op(op).collective, stage="prepare"
+                    )
                     counter("fallbacks", op, record.name).hit()
                     continue
                 if self._fits("bound ops", self._bound):
@@ -197,8 +211,10 @@ class Selector:
         if prepare is not None:
             launch = prepare(shape, config)
             if launch is not None and not callable(launch):
-                raise TypeError(f"plugin {record.name!r}: prepare() returned {launch!r}; it must return a callable "
-                                "launch(inputs, outputs) or None")
+                raise TypeError(
+                    f"plugin {record.name!r}: prepare() returned {launch!r}; it must return a callable "
+                    "launch(inputs, outputs) or None"
+                )
         prepared = launch is not None
         if launch is None:
             run = plugin.run
@@ -215,10 +231,21 @@ class Selector:
                 return allocate_outputs(shape, config, device)
 
         config_ = self.registry.config
-        return BoundOp(op, shape, config, record, allocate, launch, prepared, spec.collective,
-                       bool(config_.strict or config_.debug), spec.validate_outputs,
-                       output_type=spec.output_type, writable_inputs=spec.writable_inputs,
-                       hit=counter("calls", op, record.name).hit)
+        return BoundOp(
+            op,
+            shape,
+            config,
+            record,
+            allocate,
+            launch,
+            prepared,
+            spec.collective,
+            bool(config_.strict or config_.debug),
+            spec.validate_outputs,
+            output_type=spec.output_type,
+            writable_inputs=spec.writable_inputs,
+            hit=counter("calls", op, record.name).hit,
+        )
 
     def remember(self, key: Hashable, bound: BoundOp) -> None:
         """Keep ``bound`` under a caller's own ``key`` (e.g. the raw arguments of a hooked call), once its
@@ -228,8 +255,17 @@ class Selector:
             if current and bound.checked and self._fits("hooked-call keys", self.call_cache):
                 self.call_cache[key] = bound
 
-    def bind_and_call(self, op: str, shape: Any, config: Any, inputs: Any, outputs: Any = None,
-                      device: torch.device | None = None, *, remember: Hashable | None = None) -> Any:
+    def bind_and_call(
+        self,
+        op: str,
+        shape: Any,
+        config: Any,
+        inputs: Any,
+        outputs: Any = None,
+        device: torch.device | None = None,
+        *,
+        remember: Hashable | None = None,
+    ) -> Any:
         """``call(bind(op, shape, config), inputs, outputs, device)``, for a caller's first call of a key.
 
         With ``remember``: once the call returns, keep the key's bound op under that key of the caller
@@ -267,9 +303,18 @@ class Selector:
             key = (bound.op, bound.shape, bound.config)
             written = ()
             if bound.writable_inputs:
-                written = inputs_maybe_written(bound.record.plugin, bound.writable_inputs, inputs, bound.shape, bound.config)
-            self._on_failure(key, bound.name, exc, capturing=_capturing(inputs), collective=bound.collective, stage="run",
-                             written=written)
+                written = inputs_maybe_written(
+                    bound.record.plugin, bound.writable_inputs, inputs, bound.shape, bound.config
+                )
+            self._on_failure(
+                key,
+                bound.name,
+                exc,
+                capturing=_capturing(inputs),
+                collective=bound.collective,
+                stage="run",
+                written=written,
+            )
             counter("fallbacks", bound.op, bound.name).hit()  # not re-raised: this call falls back
         return self.call(self.bind(bound.op, bound.shape, bound.config), inputs, given, device)
 
@@ -287,8 +332,17 @@ class Selector:
                 ) from None
         return self.call(self.bind(op, shape, config), inputs, outputs)
 
-    def _on_failure(self, key: Hashable, plugin: str, exc: Exception, *, capturing: bool, collective: bool, stage: str,
-                    written: tuple[str, ...] = ()) -> None:
+    def _on_failure(
+        self,
+        key: Hashable,
+        plugin: str,
+        exc: Exception,
+        *,
+        capturing: bool,
+        collective: bool,
+        stage: str,
+        written: tuple[str, ...] = (),
+    ) -> None:
         """Re-raise ``exc`` (with a note naming the plugin), or mark ``plugin`` failed for ``key``.
 
         ``written``: inputs of the call the plugin may have modified (marked writable by the host). The
@@ -306,10 +360,16 @@ class Selector:
             # Inside CUDA graph capture a fallback would be recorded into the graph after a failed
             # attempt, and a failure caused by capture must not exclude the plugin from eager calls.
             why = "inside CUDA graph capture (select before capturing: run the call once eagerly)"
-            self._log_error_once(("cuda graph capture", key), plugin,
-                                 f"plugin {plugin!r} failed on {op} during CUDA graph capture; no fallback inside capture", exc)
+            self._log_error_once(
+                ("cuda graph capture", key),
+                plugin,
+                f"plugin {plugin!r} failed on {op} during CUDA graph capture; no fallback inside capture",
+                exc,
+            )
         if why is not None:
-            exc.add_note(f"sglang-moe-plugins: raised by plugin {plugin!r} ({stage}) on op {op!r}; not falling back: {why}")
+            exc.add_note(
+                f"sglang-moe-plugins: raised by plugin {plugin!r} ({stage}) on op {op!r}; not falling back: {why}"
+            )
             raise exc
         if written:
             inputs = ", ".join(written)
@@ -340,9 +400,12 @@ class Selector:
             self._cache.pop(key, None)
             self._bound.pop(key, None)
             self.call_cache.clear()  # a failure is rare: drop every raw-argument key rather than search them
-        then = ("falling back to the next plugin" if fallback else
-                "this call raises (no fallback: the plugin may have modified an input the host marked writable); "
-                "the key's later calls run the next plugin")
+        then = (
+            "falling back to the next plugin"
+            if fallback
+            else "this call raises (no fallback: the plugin may have modified an input the host marked writable); "
+            "the key's later calls run the next plugin"
+        )
         self._log_error_once(key, plugin, f"plugin {plugin!r} failed on {op}; {then}", exc)
 
     def failed_plugins(self) -> dict[Hashable, dict[str, str]]:
@@ -351,5 +414,10 @@ class Selector:
 
     def cache_info(self) -> dict[str, int]:
         with self._lock:
-            return {"keys": len(self._cache), "decisions": self.decisions, "failed_keys": len(self._failed),
-                    "bound": len(self._bound), "call_keys": len(self.call_cache)}
+            return {
+                "keys": len(self._cache),
+                "decisions": self.decisions,
+                "failed_keys": len(self._failed),
+                "bound": len(self._bound),
+                "call_keys": len(self.call_cache),
+            }

@@ -45,7 +45,15 @@ try:  # Python 3.12+ has the selectable entry_points API in the stdlib.
 except ImportError:  # pragma: no cover
     from importlib_metadata import EntryPoint  # type: ignore[no-redef]
 
-__all__ = ["ENTRY_POINT_GROUP", "BUILTIN_PLUGINS", "PluginRecord", "LoadProblem", "NotLoaded", "Registry", "validate_plugin"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "BUILTIN_PLUGINS",
+    "PluginRecord",
+    "LoadProblem",
+    "NotLoaded",
+    "Registry",
+    "validate_plugin",
+]
 
 logger = get_logger(__name__)
 
@@ -130,7 +138,9 @@ def _read_attrs(plugin: Any, origin: str) -> _Attrs:
             raise PluginValidationError(f"{who}: {method} must be a method; see sglang_moe_plugins.contract")
     prepare = getattr(plugin, "prepare", None)
     if prepare is not None and not callable(prepare):
-        raise PluginValidationError(f"{who}: prepare={prepare!r} must be a method prepare(shape, config) -> launch or None")
+        raise PluginValidationError(
+            f"{who}: prepare={prepare!r} must be a method prepare(shape, config) -> launch or None"
+        )
     version = getattr(plugin, "contract_version", CONTRACT_VERSION)
     if isinstance(version, bool) or not isinstance(version, int):
         raise PluginValidationError(f"{who}: contract_version={version!r} must be an int")
@@ -171,8 +181,9 @@ def _safe_name(plugin: Any) -> str:
     return name if isinstance(name, str) else type(plugin).__name__
 
 
-def _merge_options(record_name: str, defaults: Mapping[str, Any], user: Mapping[str, Any], source: str | None,
-                   plugin: Any = None) -> Mapping[str, Any]:
+def _merge_options(
+    record_name: str, defaults: Mapping[str, Any], user: Mapping[str, Any], source: str | None, plugin: Any = None
+) -> Mapping[str, Any]:
     """The plugin's defaults merged with the user's table: unknown names and wrong types are ConfigErrors,
     and so is a value the plugin's ``check_options(merged)`` rejects (OptionValueError or ValueError)."""
     merged = dict(defaults)
@@ -182,7 +193,11 @@ def _merge_options(record_name: str, defaults: Mapping[str, Any], user: Mapping[
             valid = ", ".join(sorted(defaults)) or "(this plugin has no options)"
             raise ConfigError(f"unknown option {key!r} for plugin {record_name!r}{where}; valid options: {valid}")
         default = defaults[key]
-        if default is not None and not isinstance(value, type(default)) and not (isinstance(default, float) and isinstance(value, int)):
+        if (
+            default is not None
+            and not isinstance(value, type(default))
+            and not (isinstance(default, float) and isinstance(value, int))
+        ):
             raise ConfigError(
                 f"option {key}={value!r} for plugin {record_name!r}{where} must be of type {type(default).__name__} "
                 f"(default {default!r})"
@@ -193,7 +208,9 @@ def _merge_options(record_name: str, defaults: Mapping[str, Any], user: Mapping[
     if check is None:
         return merged_view
     if not callable(check):
-        raise ConfigError(f"plugin {record_name!r}: check_options={check!r} must be a method check_options(options) -> None")
+        raise ConfigError(
+            f"plugin {record_name!r}: check_options={check!r} must be a method check_options(options) -> None"
+        )
     try:
         check(merged_view)
     except OptionValueError as exc:
@@ -207,12 +224,19 @@ def _merge_options(record_name: str, defaults: Mapping[str, Any], user: Mapping[
 
 
 def _reserved_name(info: EntryPointInfo, builtins: Mapping[str, EntryPointInfo]) -> LoadProblem:
-    owner = builtins[info.name].dist_label if info.name in builtins and builtins[info.name].distribution else BUILTIN_DISTRIBUTION
+    owner = (
+        builtins[info.name].dist_label
+        if info.name in builtins and builtins[info.name].distribution
+        else BUILTIN_DISTRIBUTION
+    )
     return LoadProblem(
-        info.name, info.value, info.distribution,
+        info.name,
+        info.value,
+        info.distribution,
         f"refused: {info.name!r} is the name of a built-in plugin of {owner}, and built-in names are reserved "
         f"({info.dist_label} may not take it; the built-in stays). Rename the third-party plugin and its entry point",
-        info.version, "ERROR",
+        info.version,
+        "ERROR",
     )
 
 
@@ -225,7 +249,9 @@ def _outranking(records: Iterable[PluginRecord]) -> tuple[str, ...]:
         if not builtins:
             continue
         top = max(builtins, key=lambda r: (r.priority, r.name))
-        for record in sorted((r for r in records if r.op == op and not r.builtin and r.enabled), key=lambda r: -r.priority):
+        for record in sorted(
+            (r for r in records if r.op == op and not r.builtin and r.enabled), key=lambda r: -r.priority
+        ):
             if record.priority > top.priority:
                 notices.append(
                     f"third-party plugin {record.name!r} ({record.dist_label}) has priority {record.priority}, above every "
@@ -238,8 +264,14 @@ def _outranking(records: Iterable[PluginRecord]) -> tuple[str, ...]:
 class Registry:
     """The plugins of every op, with the user configuration applied. Immutable once built."""
 
-    def __init__(self, records: Iterable[PluginRecord], problems: Iterable[LoadProblem], config: UserConfig,
-                 not_loaded: Iterable[NotLoaded] = (), notices: Iterable[str] = ()):
+    def __init__(
+        self,
+        records: Iterable[PluginRecord],
+        problems: Iterable[LoadProblem],
+        config: UserConfig,
+        not_loaded: Iterable[NotLoaded] = (),
+        notices: Iterable[str] = (),
+    ):
         self._records = tuple(sorted(records, key=lambda r: (r.op, -r.priority, r.name)))
         self._by_name = {r.name: r for r in self._records}
         self.problems: tuple[LoadProblem, ...] = tuple(problems)
@@ -257,8 +289,10 @@ class Registry:
         problems: list[LoadProblem] = []
         if eps is None:
             eps, broken = installed_entry_points(ENTRY_POINT_GROUP)
-            problems += [LoadProblem("(metadata)", path, None, f"cannot read this distribution's metadata: {error}")
-                         for path, error in broken]
+            problems += [
+                LoadProblem("(metadata)", path, None, f"cannot read this distribution's metadata: {error}")
+                for path, error in broken
+            ]
         infos = builtins_first(describe_entry_point(ep) for ep in eps)
         builtins = {i.name: i for i in infos if i.builtin}
         reserved = set(BUILTIN_PLUGINS) | set(builtins)
@@ -282,8 +316,15 @@ class Registry:
             except BaseException as exc:  # noqa: BLE001 - SystemExit included: one plugin never takes start-up down
                 if info.name in config.disable:  # a disabled built-in that cannot be imported is not a problem
                     reason = config.provenance.get(f"disable:{info.name}", "disabled by config")
-                    not_loaded.append(NotLoaded(info.name, info.value, info.distribution, info.version,
-                                                f"{reason}; importing it failed: {_failure(exc)}"))
+                    not_loaded.append(
+                        NotLoaded(
+                            info.name,
+                            info.value,
+                            info.distribution,
+                            info.version,
+                            f"{reason}; importing it failed: {_failure(exc)}",
+                        )
+                    )
                 else:
                     problems.append(LoadProblem(info.name, info.value, info.distribution, _failure(exc), info.version))
                 continue
@@ -291,14 +332,21 @@ class Registry:
         return cls._build(loaded, problems, config, not_loaded)
 
     @classmethod
-    def from_plugins(cls, plugins: Iterable[Any], config: UserConfig | None = None, distribution: str | None = None) -> "Registry":
+    def from_plugins(
+        cls, plugins: Iterable[Any], config: UserConfig | None = None, distribution: str | None = None
+    ) -> "Registry":
         """A registry of plugin objects given directly (tests, notebooks, embedding). They are trusted as
         given: ``allow`` and the reserved built-in names apply to entry points only."""
         return cls._build([(p, None, distribution) for p in plugins], [], config or UserConfig())
 
     @classmethod
-    def _build(cls, loaded: list[tuple[Any, EntryPointInfo | None, str | None]], problems: list[LoadProblem],
-               config: UserConfig, not_loaded: Iterable[NotLoaded] = ()) -> "Registry":
+    def _build(
+        cls,
+        loaded: list[tuple[Any, EntryPointInfo | None, str | None]],
+        problems: list[LoadProblem],
+        config: UserConfig,
+        not_loaded: Iterable[NotLoaded] = (),
+    ) -> "Registry":
         not_loaded = tuple(not_loaded)
         accepted: dict[str, tuple[Any, _Attrs, EntryPointInfo | None, str | None]] = {}
         for plugin, info, dist in loaded:
@@ -318,8 +366,15 @@ class Registry:
                 raise
             except BaseException as exc:  # noqa: BLE001 - an attribute that raises is this plugin's problem only
                 name = info.name if info else _safe_name(plugin)
-                problems.append(LoadProblem(name, info.value if info else type(plugin).__name__, dist, _failure(exc),
-                                            info.version if info else None))
+                problems.append(
+                    LoadProblem(
+                        name,
+                        info.value if info else type(plugin).__name__,
+                        dist,
+                        _failure(exc),
+                        info.version if info else None,
+                    )
+                )
                 continue
             accepted[attrs.name] = (plugin, attrs, info, dist)
         by_name = {n.entry_point: n for n in not_loaded}
@@ -354,16 +409,41 @@ class Registry:
             except (ConfigError, *_PASS_THROUGH):
                 raise
             except BaseException as exc:  # noqa: BLE001
-                problems.append(LoadProblem(name, info.value if info else type(plugin).__name__, dist,
-                                            f"setting its options raised {_failure(exc)}", info.version if info else None))
+                problems.append(
+                    LoadProblem(
+                        name,
+                        info.value if info else type(plugin).__name__,
+                        dist,
+                        f"setting its options raised {_failure(exc)}",
+                        info.version if info else None,
+                    )
+                )
                 continue
             if info is not None:
                 builtin, version = info.builtin, info.version
             else:
-                builtin = bool(dist) and dist == BUILTIN_DISTRIBUTION and type(plugin).__module__.startswith(BUILTIN_MODULE_PREFIX)
+                builtin = (
+                    bool(dist)
+                    and dist == BUILTIN_DISTRIBUTION
+                    and type(plugin).__module__.startswith(BUILTIN_MODULE_PREFIX)
+                )
                 version = None
-            records.append(PluginRecord(plugin, name, attrs.op, default_priority, priority, enabled, status, dist,
-                                        info.origin if info else None, options, version, builtin))
+            records.append(
+                PluginRecord(
+                    plugin,
+                    name,
+                    attrs.op,
+                    default_priority,
+                    priority,
+                    enabled,
+                    status,
+                    dist,
+                    info.origin if info else None,
+                    options,
+                    version,
+                    builtin,
+                )
+            )
         for problem in problems:
             logger.log(logging.getLevelName(problem.level), "sglang-moe-plugins: %s", problem.describe())
         notices = _outranking(records)

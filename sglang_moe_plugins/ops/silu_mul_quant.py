@@ -198,7 +198,9 @@ def describe(
     if tuple(masked_m.shape) != (num_experts,):
         raise _bad("masked_m.shape", tuple(masked_m.shape), f"({num_experts},) (one count per expert)")
     if num_experts > 1 and masked_m.stride(0) != 1:
-        raise _bad("masked_m.stride()", tuple(masked_m.stride()), "(1,) (contiguous; kernels read masked_m[e] at offset e)")
+        raise _bad(
+            "masked_m.stride()", tuple(masked_m.stride()), "(1,) (contiguous; kernels read masked_m[e] at offset e)"
+        )
     if masked_m.device != gateup.device:
         raise _bad("masked_m.device", masked_m.device, f"the device of gateup ({gateup.device})")
     for flag, value in (("swizzle", swizzle), ("keep_fp32", keep_fp32)):
@@ -222,7 +224,9 @@ def describe(
     return shape, config
 
 
-def expected_scale_strides(shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def expected_scale_strides(
+    shape: SiluMulQuantShape, config: SiluMulQuantConfig
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``(shape, strides)`` of the scale tensor for this layout."""
     e, n, g = shape.num_experts, shape.max_rows, shape.num_groups
     na = shape.aligned_rows
@@ -234,7 +238,9 @@ def expected_scale_strides(shape: SiluMulQuantShape, config: SiluMulQuantConfig)
     return (e, n, gp), (gp * na, 1, na)
 
 
-def output_allocator(shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> Callable[[torch.device], SiluMulQuantOutputs]:
+def output_allocator(
+    shape: SiluMulQuantShape, config: SiluMulQuantConfig
+) -> Callable[[torch.device], SiluMulQuantOutputs]:
     """``allocate(device) -> outputs``: sizes, strides and dtypes worked out now, once per shape key;
     each call of ``allocate`` only makes the two empty tensors."""
     out_size = (shape.num_experts, shape.max_rows, shape.hidden)
@@ -244,8 +250,9 @@ def output_allocator(shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> Ca
 
     def allocate(device: torch.device) -> SiluMulQuantOutputs:
         # empty_strided sizes the storage for the strided view (column-major layouts pad N to Na).
-        return SiluMulQuantOutputs(empty(out_size, dtype=fp8, device=device),
-                                   empty_strided(sizes, strides, dtype=scale_dtype, device=device))
+        return SiluMulQuantOutputs(
+            empty(out_size, dtype=fp8, device=device), empty_strided(sizes, strides, dtype=scale_dtype, device=device)
+        )
 
     return allocate
 
@@ -256,7 +263,10 @@ def allocate_outputs(shape: SiluMulQuantShape, config: SiluMulQuantConfig, devic
 
 
 def validate_outputs(
-    outputs: SiluMulQuantOutputs, shape: SiluMulQuantShape, config: SiluMulQuantConfig, plugin: str | None = None,
+    outputs: SiluMulQuantOutputs,
+    shape: SiluMulQuantShape,
+    config: SiluMulQuantConfig,
+    plugin: str | None = None,
     inputs: SiluMulQuantInputs | None = None,
 ) -> None:
     """Check dtypes, shapes and strides (metadata only; no device sync). The shape key fixes every
@@ -303,7 +313,9 @@ def split_gate_up(gateup: torch.Tensor, swizzle: bool) -> tuple[torch.Tensor, to
     if not swizzle:
         return gateup[..., : two_d // 2], gateup[..., two_d // 2 :]
     chunks = gateup.reshape(*gateup.shape[:-1], two_d // 16, 2, 8)
-    return chunks[..., 0, :].reshape(*gateup.shape[:-1], two_d // 2), chunks[..., 1, :].reshape(*gateup.shape[:-1], two_d // 2)
+    return chunks[..., 0, :].reshape(*gateup.shape[:-1], two_d // 2), chunks[..., 1, :].reshape(
+        *gateup.shape[:-1], two_d // 2
+    )
 
 
 def scale_to_float(scale: torch.Tensor, shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> torch.Tensor:
@@ -323,8 +335,13 @@ def dequantize(outputs: SiluMulQuantOutputs, shape: SiluMulQuantShape, config: S
     return (grouped * scales.unsqueeze(-1)).reshape(e, n, d)
 
 
-SPEC = OpSpec(name=OP, allocate_outputs=allocate_outputs, validate_outputs=validate_outputs, output_allocator=output_allocator,
-              shape_type=SiluMulQuantShape, output_type=SiluMulQuantOutputs,
-              writable_inputs=(("gateup", "gateup_writable"),),
-              conformance="sglang_moe_plugins.testing.ops.silu_mul_quant:SiluMulQuantConformance")
-
+SPEC = OpSpec(
+    name=OP,
+    allocate_outputs=allocate_outputs,
+    validate_outputs=validate_outputs,
+    output_allocator=output_allocator,
+    shape_type=SiluMulQuantShape,
+    output_type=SiluMulQuantOutputs,
+    writable_inputs=(("gateup", "gateup_writable"),),
+    conformance="sglang_moe_plugins.testing.ops.silu_mul_quant:SiluMulQuantConformance",
+)

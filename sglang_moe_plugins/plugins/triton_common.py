@@ -27,8 +27,15 @@ import dataclasses
 import functools
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["ALIGNMENT", "next_pow2", "pdl_supported", "triton_has_pdl", "LowLevelLaunch", "ordered_arguments",
-           "compile_specialisation"]
+__all__ = [
+    "ALIGNMENT",
+    "next_pow2",
+    "pdl_supported",
+    "triton_has_pdl",
+    "LowLevelLaunch",
+    "ordered_arguments",
+    "compile_specialisation",
+]
 
 #: Pointer alignment the prepared kernels are compiled for (Triton's ``tt.divisibility`` = 16).
 ALIGNMENT = 16
@@ -65,7 +72,7 @@ def ordered_arguments(arg_names: Sequence[str], runtime: Sequence[Any], constexp
     the runtime arguments first (as declared), then the constexpr values (the launcher skips them).
     Keys of ``constexprs`` that are not parameters (``num_warps``, ``launch_pdl``, ...) are options."""
     names = list(arg_names)
-    tail = names[len(runtime):]
+    tail = names[len(runtime) :]
     missing = [name for name in tail if name not in constexprs]
     if missing:
         raise KeyError(f"constexpr parameters without a value: {missing}")

@@ -71,12 +71,27 @@ __all__ = [
 _LAZY = {
     **dict.fromkeys(("OpConformance", "SuiteCase", "SuiteOptions", "poison"), "case"),
     **dict.fromkeys(("LoadedPlugin", "PluginLoadError", "load_plugin"), "loading"),
-    **dict.fromkeys(("CHECKS", "INCOMPLETE", "CaseFailure", "CaseResult", "CheckResult", "ConformanceFailure",
-                     "ConformanceReport"), "report"),
+    **dict.fromkeys(
+        ("CHECKS", "INCOMPLETE", "CaseFailure", "CaseResult", "CheckResult", "ConformanceFailure", "ConformanceReport"),
+        "report",
+    ),
     **dict.fromkeys(("conformance_for", "run_conformance"), "suite"),
-    **dict.fromkeys(("BF16_INTERMEDIATES", "EXACT", "STRICT", "NumericsResult", "Tolerance", "ToleranceError",
-                     "check_against_fp64", "compare_with_fp64", "find_unwritten", "fp64_expected",
-                     "tolerance_for"), "ops.silu_mul_quant"),
+    **dict.fromkeys(
+        (
+            "BF16_INTERMEDIATES",
+            "EXACT",
+            "STRICT",
+            "NumericsResult",
+            "Tolerance",
+            "ToleranceError",
+            "check_against_fp64",
+            "compare_with_fp64",
+            "find_unwritten",
+            "fp64_expected",
+            "tolerance_for",
+        ),
+        "ops.silu_mul_quant",
+    ),
 }
 
 

@@ -168,7 +168,9 @@ class SuiteOptions:
             values = getattr(self, field)
             if not isinstance(values, tuple) or not all(positive_int(v) for v in values):
                 raise bad(field, "a tuple of ints >= 1")
-        if self.models is not None and (not isinstance(self.models, tuple) or not all(isinstance(m, str) for m in self.models)):
+        if self.models is not None and (
+            not isinstance(self.models, tuple) or not all(isinstance(m, str) for m in self.models)
+        ):
             raise bad("models", "None or a tuple of model names")
         for field in ("max_elements", "max_catalog_runs"):
             value = getattr(self, field)

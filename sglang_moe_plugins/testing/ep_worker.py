@@ -28,14 +28,29 @@ def run_rank(job: dict[str, Any], rank: int) -> dict[str, Any]:
     from .ops.mega_moe_cases import make_problem
 
     world, tokens = int(job["world"]), [int(t) for t in job["tokens"]]
-    dist.init_process_group("gloo", init_method=f"file://{job['rendezvous']}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=float(job["timeout"])))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{job['rendezvous']}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=float(job["timeout"])),
+    )
     try:
         plugin = load_plugin(job["target"]).plugin
         total, offset, mine = sum(tokens), sum(tokens[:rank]), tokens[rank]
-        p = make_problem(job["variant"], experts=job["experts"], hidden=job["hidden"], inter=job["inter"], tokens=total,
-                         top_k=job["top_k"], clamp=job["clamp"], rsf=job["rsf"], seed=job["seed"], routing="random",
-                         max_tokens_per_rank=max(total, job["cap"]))
+        p = make_problem(
+            job["variant"],
+            experts=job["experts"],
+            hidden=job["hidden"],
+            inter=job["inter"],
+            tokens=total,
+            top_k=job["top_k"],
+            clamp=job["clamp"],
+            rsf=job["rsf"],
+            seed=job["seed"],
+            routing="random",
+            max_tokens_per_rank=max(total, job["cap"]),
+        )
         expected = mm.allocate_outputs(p.shape, p.config, torch.device("cpu"), num_tokens=total)
         sm90 = None
         if job["variant"] == "sm90_fp8":
@@ -53,13 +68,28 @@ def run_rank(job: dict[str, Any], rank: int) -> dict[str, Any]:
         x = p.inputs.hidden_states[rows].clone()
         ids, weights = p.inputs.topk_ids[rows].clone(), p.inputs.topk_weights[rows].clone()
         l1, l2 = part(p.inputs.l1_weights), part(p.inputs.l2_weights)
-        shape, config = mm.describe(x, ids, weights, l1_weights=l1, l2_weights=l2, variant=job["variant"],
-                                    num_experts=job["experts"], hidden_size=job["hidden"], intermediate_size=job["inter"],
-                                    top_k=job["top_k"], activation_clamp=job["clamp"], routed_scaling_factor=job["rsf"],
-                                    ep_size=world, max_tokens_per_rank=job["cap"])
+        shape, config = mm.describe(
+            x,
+            ids,
+            weights,
+            l1_weights=l1,
+            l2_weights=l2,
+            variant=job["variant"],
+            num_experts=job["experts"],
+            hidden_size=job["hidden"],
+            intermediate_size=job["inter"],
+            top_k=job["top_k"],
+            activation_clamp=job["clamp"],
+            routed_scaling_factor=job["rsf"],
+            ep_size=world,
+            max_tokens_per_rank=job["cap"],
+        )
         answer = plugin.supports(shape, config)
         if not answer:
-            return {"rank": rank, "declined": f"supports() declines {shape.describe()} [{config.describe()}]: {answer.reason}"}
+            return {
+                "rank": rank,
+                "declined": f"supports() declines {shape.describe()} [{config.describe()}]: {answer.reason}",
+            }
         inputs = mm.MegaMoEInputs(x, ids, weights, l1, l2, ep_group=dist.group.WORLD)
         outputs = mm.allocate_outputs(shape, config, torch.device("cpu"), num_tokens=mine)
         poison(outputs)
@@ -69,7 +99,9 @@ def run_rank(job: dict[str, Any], rank: int) -> dict[str, Any]:
             return {"rank": rank, "error": f"run() raised {error_text(exc)}"}
         result = outputs if returned is None else returned
         mm.validate_outputs(result, shape, config, getattr(plugin, "name", "?"))
-        problem = find_unwritten_rows(result.y, mine) or compare_rows(result.y[:mine], expected.y[rows], ids, job["hidden"])
+        problem = find_unwritten_rows(result.y, mine) or compare_rows(
+            result.y[:mine], expected.y[rows], ids, job["hidden"]
+        )
         if problem:
             problem += f" (rank {rank}'s tokens {offset}..{offset + mine - 1} of the whole problem; its experts {experts.start}..{experts.stop - 1})"
         return {"rank": rank, "error": problem}

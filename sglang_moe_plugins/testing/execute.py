@@ -85,8 +85,13 @@ class Checks:
 
     def fail(self, name: str, case: SuiteCase | None, error: str) -> CaseFailure:
         self.checked[name] += 1
-        failure = CaseFailure(name, case.label if case else "(plugin)", describe(case.shape) if case else "-",
-                              describe(case.config) if case else "-", error)
+        failure = CaseFailure(
+            name,
+            case.label if case else "(plugin)",
+            describe(case.shape) if case else "-",
+            describe(case.config) if case else "-",
+            error,
+        )
         self.failures[name].append(failure)
         return failure
 
@@ -100,16 +105,25 @@ class Checks:
         for name, title in CHECKS.items():
             failures = self.failures.get(name, [])
             checked = self.checked.get(name, 0)
-            status = FAILED if failures else (CLAIM_NOT_EXERCISED if name in self.unverified else (PASSED if checked else SKIPPED))
+            status = (
+                FAILED
+                if failures
+                else (CLAIM_NOT_EXERCISED if name in self.unverified else (PASSED if checked else SKIPPED))
+            )
             note = self.unverified.get(name, self.notes.get(name, ""))
-            out.append(CheckResult(name, title, status, checked, len(failures), failures[0] if failures else None, note))
+            out.append(
+                CheckResult(name, title, status, checked, len(failures), failures[0] if failures else None, note)
+            )
         return tuple(out)
 
 
 def _tensors(outputs: Any) -> list[tuple[str, torch.Tensor]]:
     if dataclasses.is_dataclass(outputs):
-        return [(f.name, getattr(outputs, f.name)) for f in dataclasses.fields(outputs)
-                if isinstance(getattr(outputs, f.name), torch.Tensor)]
+        return [
+            (f.name, getattr(outputs, f.name))
+            for f in dataclasses.fields(outputs)
+            if isinstance(getattr(outputs, f.name), torch.Tensor)
+        ]
     return []
 
 
@@ -143,7 +157,9 @@ class _Call:
         case = case or self.case
         outputs = self.adapter.allocate_outputs(case, inputs, self.device)
         self.adapter.poison(outputs)
-        returned = launch(inputs, outputs) if launch is not None else self.plugin.run(inputs, outputs, case.shape, case.config)
+        returned = (
+            launch(inputs, outputs) if launch is not None else self.plugin.run(inputs, outputs, case.shape, case.config)
+        )
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return outputs if returned is None else returned
@@ -153,7 +169,9 @@ def _cut(detail: str) -> str:
     return detail.split(" still holds", 1)[0]
 
 
-def execute_case(plugin: Any, adapter: OpConformance, case: SuiteCase, device: torch.device, checks: Checks) -> list[CaseFailure]:
+def execute_case(
+    plugin: Any, adapter: OpConformance, case: SuiteCase, device: torch.device, checks: Checks
+) -> list[CaseFailure]:
     """Run one accepted case and every check above; returns the failures."""
     failures: list[CaseFailure] = []
     call = _Call(plugin, adapter, case, device)
@@ -166,14 +184,22 @@ def execute_case(plugin: Any, adapter: OpConformance, case: SuiteCase, device: t
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     except Exception as exc:  # noqa: BLE001 - the finding
-        failures.append(checks.fail("run_no_crash", case, f"supports() accepted the case ({short(case)}), then run() raised {error_text(exc)}"))
+        failures.append(
+            checks.fail(
+                "run_no_crash",
+                case,
+                f"supports() accepted the case ({short(case)}), then run() raised {error_text(exc)}",
+            )
+        )
         return failures
     checks.ok("run_no_crash")
     result = outputs if returned is None else returned
     try:
         adapter.validate_outputs(result, case, getattr(plugin, "name", "?"))
     except Exception as exc:  # noqa: BLE001
-        failures.append(checks.fail("output_layout", case, str(exc) if isinstance(exc, MoEPluginsError) else error_text(exc)))
+        failures.append(
+            checks.fail("output_layout", case, str(exc) if isinstance(exc, MoEPluginsError) else error_text(exc))
+        )
         return failures
     checks.ok("output_layout")
     changed = adapter.inputs_changed(snapshot, inputs, case)
@@ -185,8 +211,14 @@ def execute_case(plugin: Any, adapter: OpConformance, case: SuiteCase, device: t
     if unwritten:
         cause = _padding_cause(call, adapter, case, snapshot)
         if cause:
-            failures.append(checks.fail("padding_ignored", case, f"{PAST_MASKED_M}: {_cut(unwritten)} holds NaN when the padding rows "
-                                        f"of the input hold NaN, and is written when they hold finite values ({cause})"))
+            failures.append(
+                checks.fail(
+                    "padding_ignored",
+                    case,
+                    f"{PAST_MASKED_M}: {_cut(unwritten)} holds NaN when the padding rows "
+                    f"of the input hold NaN, and is written when they hold finite values ({cause})",
+                )
+            )
             return failures
         if result is not outputs:
             unwritten += " (run() returned a new outputs object; only the preallocated outputs are poisoned)"
@@ -220,8 +252,16 @@ def _padding_cause(call: _Call, adapter: OpConformance, case: SuiteCase, snapsho
     return None
 
 
-def _repeats(plugin: Any, adapter: OpConformance, case: SuiteCase, device: torch.device, checks: Checks, call: _Call,
-             snapshot: Any, first: Any) -> list[CaseFailure]:
+def _repeats(
+    plugin: Any,
+    adapter: OpConformance,
+    case: SuiteCase,
+    device: torch.device,
+    checks: Checks,
+    call: _Call,
+    snapshot: Any,
+    first: Any,
+) -> list[CaseFailure]:
     failures: list[CaseFailure] = []
     exact = is_deterministic(plugin)
 
@@ -239,15 +279,21 @@ def _repeats(plugin: Any, adapter: OpConformance, case: SuiteCase, device: torch
         differs = _real_differs(adapter, snapshot, first, again, case)
         if differs:
             varies = True
-            fail("deterministic", f"two run() calls on identical inputs wrote different {differs} in real rows (compared bit for bit); "
-                                  "a plugin whose results vary between calls must declare deterministic = False "
-                                  "(the kit then compares each call within the tolerance)")
+            fail(
+                "deterministic",
+                f"two run() calls on identical inputs wrote different {differs} in real rows (compared bit for bit); "
+                "a plugin whose results vary between calls must declare deterministic = False "
+                "(the kit then compares each call within the tolerance)",
+            )
         else:
             checks.ok("deterministic")
     else:
         mismatch = adapter.find_unwritten(snapshot, again, case) or adapter.compare(snapshot, again, case)
         if mismatch:
-            fail("deterministic", f"deterministic = False: the second run() on identical inputs is out of the tolerance: {mismatch}")
+            fail(
+                "deterministic",
+                f"deterministic = False: the second run() on identical inputs is out of the tolerance: {mismatch}",
+            )
         else:
             checks.ok("deterministic")
 
@@ -262,14 +308,23 @@ def _repeats(plugin: Any, adapter: OpConformance, case: SuiteCase, device: torch
                 problem = f"{_cut(unwritten)} is not written when only the padding rows changed"
             elif not varies:
                 differs = _real_differs(adapter, padded, first, got, case)
-                problem = f"real rows of {differs} changed when only the padding rows of the input changed" if differs else None
+                problem = (
+                    f"real rows of {differs} changed when only the padding rows of the input changed"
+                    if differs
+                    else None
+                )
             else:
                 mismatch = adapter.compare(padded, got, case)
-                problem = f"with other padding rows the real rows are out of the tolerance: {mismatch}" if mismatch else None
+                problem = (
+                    f"with other padding rows the real rows are out of the tolerance: {mismatch}" if mismatch else None
+                )
         except Exception as exc:  # noqa: BLE001
             problem = f"run() raised {error_text(exc)} when only the padding rows of the input changed"
         if problem:
-            fail("padding_ignored", f"{PAST_MASKED_M}: {problem} (padding rows: NaN on the first call, finite values now)")
+            fail(
+                "padding_ignored",
+                f"{PAST_MASKED_M}: {problem} (padding rows: NaN on the first call, finite values now)",
+            )
         else:
             checks.ok("padding_ignored")
 
@@ -287,7 +342,9 @@ def _repeats(plugin: Any, adapter: OpConformance, case: SuiteCase, device: torch
     return failures
 
 
-def _fresh_call(call: _Call, adapter: OpConformance, fresh: SuiteCase, device: torch.device, launch: Any) -> tuple[str, str | None]:
+def _fresh_call(
+    call: _Call, adapter: OpConformance, fresh: SuiteCase, device: torch.device, launch: Any
+) -> tuple[str, str | None]:
     """``(check, problem)`` of a call on fresh inputs of the same key (problem None: its own results)."""
     make_fresh = getattr(adapter, "make_fresh_inputs", None)
     inputs = make_fresh(call.case, fresh, device) if callable(make_fresh) else adapter.make_inputs(fresh, device)
@@ -299,16 +356,30 @@ def _fresh_call(call: _Call, adapter: OpConformance, fresh: SuiteCase, device: t
     unwritten = adapter.find_unwritten(snapshot, got, fresh)
     if unwritten:
         if _padding_cause(call, adapter, fresh, snapshot):
-            return "padding_ignored", (f"{PAST_MASKED_M}: on fresh inputs {_cut(unwritten)} holds NaN when the padding rows of the "
-                                       "input hold NaN, and is written when they hold finite values")
+            return "padding_ignored", (
+                f"{PAST_MASKED_M}: on fresh inputs {_cut(unwritten)} holds NaN when the padding rows of the "
+                "input hold NaN, and is written when they hold finite values"
+            )
         return "second_call", unwritten
     mismatch = adapter.compare(snapshot, got, fresh)
-    return "second_call", (f"the outputs are not the results of the fresh inputs (new values, same shape key: {short(fresh)}): "
-                           f"{mismatch}" if mismatch else None)
+    return "second_call", (
+        f"the outputs are not the results of the fresh inputs (new values, same shape key: {short(fresh)}): {mismatch}"
+        if mismatch
+        else None
+    )
 
 
-def _check_prepare(plugin: Any, adapter: OpConformance, case: SuiteCase, device: torch.device, checks: Checks, call: _Call,
-                   run_result: Any, exact: bool, fresh: SuiteCase) -> list[CaseFailure]:
+def _check_prepare(
+    plugin: Any,
+    adapter: OpConformance,
+    case: SuiteCase,
+    device: torch.device,
+    checks: Checks,
+    call: _Call,
+    run_result: Any,
+    exact: bool,
+    fresh: SuiteCase,
+) -> list[CaseFailure]:
     """``prepare(shape, config)`` twice for the key (allowed), then the second launch on the same inputs as
     run(), into outputs poisoned the same way: every output tensor must equal run()'s bit for bit (within
     the tolerance for a nondeterministic plugin); then the same launch on fresh inputs."""
@@ -321,7 +392,11 @@ def _check_prepare(plugin: Any, adapter: OpConformance, case: SuiteCase, device:
         checks.ok("prepare")  # None: the plugin's run() is used for this key
         return []
     if not callable(launch) or (first is not None and not callable(first)):
-        return [checks.fail("prepare", case, f"prepare() returned {launch!r}; it must return launch(inputs, outputs) or None")]
+        return [
+            checks.fail(
+                "prepare", case, f"prepare() returned {launch!r}; it must return launch(inputs, outputs) or None"
+            )
+        ]
     inputs = adapter.make_inputs(case, device)
     snapshot = adapter.snapshot(inputs)
     try:
@@ -333,15 +408,29 @@ def _check_prepare(plugin: Any, adapter: OpConformance, case: SuiteCase, device:
         for name, got in _tensors(result):
             ref = want.get(name)
             if ref is None or not _same(got, ref):
-                return [checks.fail("prepare", case, f"the launch from prepare() wrote a different {name} than run() on the same "
-                                                     "inputs (compared bit for bit, outputs poisoned alike)")]
+                return [
+                    checks.fail(
+                        "prepare",
+                        case,
+                        f"the launch from prepare() wrote a different {name} than run() on the same "
+                        "inputs (compared bit for bit, outputs poisoned alike)",
+                    )
+                ]
     else:
         mismatch = adapter.find_unwritten(snapshot, result, case) or adapter.compare(snapshot, result, case)
         if mismatch:
-            return [checks.fail("prepare", case, f"the launch from prepare() is out of the tolerance where run() is not: {mismatch}")]
+            return [
+                checks.fail(
+                    "prepare", case, f"the launch from prepare() is out of the tolerance where run() is not: {mismatch}"
+                )
+            ]
     checks.ok("prepare")
     check, problem = _fresh_call(call, adapter, fresh, device, launch)
     if problem:
-        return [checks.fail(check, case, f"{STALE} through prepare()'s launch: {problem}" if check == "second_call" else problem)]
+        return [
+            checks.fail(
+                check, case, f"{STALE} through prepare()'s launch: {problem}" if check == "second_call" else problem
+            )
+        ]
     checks.ok("second_call")
     return []

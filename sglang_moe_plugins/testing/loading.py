@@ -56,7 +56,9 @@ def instantiate(target: Any, origin: str) -> Any:
     try:
         return target()
     except Exception as exc:  # noqa: BLE001 - report, do not crash
-        raise PluginLoadError(f"{origin}: instantiating {target.__name__}() raised {type(exc).__name__}: {exc}") from exc
+        raise PluginLoadError(
+            f"{origin}: instantiating {target.__name__}() raised {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _from_module(module: Any, attr: str | None, origin: str) -> Any:
@@ -65,7 +67,9 @@ def _from_module(module: Any, attr: str | None, origin: str) -> Any:
             return getattr(module, attr)
         except AttributeError:
             raise PluginLoadError(f"{origin}: module has no attribute {attr!r}") from None
-    found = [obj for obj in vars(module).values() if _looks_like_plugin_class(obj) and obj.__module__ == module.__name__]
+    found = [
+        obj for obj in vars(module).values() if _looks_like_plugin_class(obj) and obj.__module__ == module.__name__
+    ]
     if len(found) == 1:
         return found[0]
     if not found:
@@ -147,8 +151,12 @@ def load_plugin(target: Any) -> LoadedPlugin:
     if text in registry:
         record = registry.get(text)
         ep_name = str(record.entry_point).partition(" ")[0].partition("=")[0].strip() or None
-        return LoadedPlugin(record.plugin, f"entry point {record.entry_point} ({record.distribution})", entry_point=ep_name,
-                            spec=ep_name)
+        return LoadedPlugin(
+            record.plugin,
+            f"entry point {record.entry_point} ({record.distribution})",
+            entry_point=ep_name,
+            spec=ep_name,
+        )
     valid = ", ".join(sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))) or "(none)"
     raise PluginLoadError(
         f"no plugin named {text!r} is registered (entry point group {ENTRY_POINT_GROUP}); registered: {valid}. "

@@ -30,7 +30,8 @@ from .ops.mega_moe_cases import route as _route
 warnings.warn(
     "sglang_moe_plugins.testing.mega_moe is deprecated: import from sglang_moe_plugins.testing.ops.mega_moe "
     "(tolerance, compare_with_reference) and sglang_moe_plugins.testing.ops.mega_moe_cases (make_problem)",
-    DeprecationWarning, stacklevel=2,
+    DeprecationWarning,
+    stacklevel=2,
 )
 
 __all__ = [

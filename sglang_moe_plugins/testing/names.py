@@ -62,9 +62,13 @@ def check_name(plugin: Any, entry_point: str | None) -> str | None:
     builtins = builtin_plugins()
     own = builtins.get(name)
     if own is not None and own != _class_path(plugin) and not _is_builtin_class(plugin, own):
-        return (f"plugin name {name!r} is the name of the built-in plugin {own} (distribution {DISTRIBUTION}); a third-party "
-                f"plugin of that name would replace it. Choose another name (built-in names: {', '.join(sorted(builtins))})")
+        return (
+            f"plugin name {name!r} is the name of the built-in plugin {own} (distribution {DISTRIBUTION}); a third-party "
+            f"plugin of that name would replace it. Choose another name (built-in names: {', '.join(sorted(builtins))})"
+        )
     if entry_point is not None and entry_point != name:
-        return (f"the entry point is named {entry_point!r} but the plugin's name is {name!r}: users disable, prioritise and "
-                f"configure plugins by name, so name the entry point {name!r} in group {ENTRY_POINT_GROUP}")
+        return (
+            f"the entry point is named {entry_point!r} but the plugin's name is {name!r}: users disable, prioritise and "
+            f"configure plugins by name, so name the entry point {name!r} in group {ENTRY_POINT_GROUP}"
+        )
     return None

@@ -23,8 +23,15 @@ from typing import Any, Callable
 
 import pytest
 
-__all__ = ["pytest_addoption", "pytest_configure", "pytest_collection_modifyitems", "pytest_report_header",
-           "moe_conformance", "moe_plugin_report", "ConformanceItem"]
+__all__ = [
+    "pytest_addoption",
+    "pytest_configure",
+    "pytest_collection_modifyitems",
+    "pytest_report_header",
+    "moe_conformance",
+    "moe_plugin_report",
+    "ConformanceItem",
+]
 
 _MARKER = "moe_plugin"
 _CACHE: dict[tuple[Any, ...], Any] = {}
@@ -32,11 +39,23 @@ _CACHE: dict[tuple[Any, ...], Any] = {}
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("moe-plugins", "sglang-moe-plugins conformance suite")
-    group.addoption("--moe-plugin", action="append", default=[], metavar="TARGET",
-                    help="run the conformance suite on this plugin (registered name, path/to/module.py[:Class] or module:Class); repeatable")
-    group.addoption("--moe-plugin-seed", type=int, default=None, metavar="SEED",
-                    help="seed of the suite's random cases (default: drawn and printed)")
-    group.addoption("--moe-plugin-cases", type=int, default=None, metavar="N", help="number of random cases (default 24)")
+    group.addoption(
+        "--moe-plugin",
+        action="append",
+        default=[],
+        metavar="TARGET",
+        help="run the conformance suite on this plugin (registered name, path/to/module.py[:Class] or module:Class); repeatable",
+    )
+    group.addoption(
+        "--moe-plugin-seed",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="seed of the suite's random cases (default: drawn and printed)",
+    )
+    group.addoption(
+        "--moe-plugin-cases", type=int, default=None, metavar="N", help="number of random cases (default 24)"
+    )
     group.addoption("--moe-plugin-device", default=None, metavar="DEVICE", help="auto (default), cpu, cuda or cuda:N")
 
 
@@ -77,8 +96,11 @@ def _run(target: Any, options: dict[str, Any]) -> Any:
     valid = [f.name for f in dataclasses.fields(SuiteOptions)]
     unknown = [k for k in options if k not in valid]
     if unknown:
-        pytest.fail(f"moe_plugin options: unknown keyword(s) {', '.join(map(repr, unknown))}; valid (SuiteOptions fields): "
-                    f"{', '.join(valid)}", pytrace=False)
+        pytest.fail(
+            f"moe_plugin options: unknown keyword(s) {', '.join(map(repr, unknown))}; valid (SuiteOptions fields): "
+            f"{', '.join(valid)}",
+            pytrace=False,
+        )
 
     key = (_freeze(target) if isinstance(target, str) else id(target), _freeze(options))
     if key not in _CACHE:
@@ -119,8 +141,10 @@ class ConformanceItem(pytest.Item):
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    added = [ConformanceItem.from_parent(session, name=f"moe-plugin-conformance[{target}]", target=target)
-             for target in config.getoption("--moe-plugin")]
+    added = [
+        ConformanceItem.from_parent(session, name=f"moe-plugin-conformance[{target}]", target=target)
+        for target in config.getoption("--moe-plugin")
+    ]
     if added:
         items.extend(added)
         # Report them as collected, so that pytest's "collected N items" line counts them.
@@ -144,6 +168,8 @@ def moe_plugin_report(request: pytest.FixtureRequest) -> Any:
     """The conformance report of the target named by the test's ``@pytest.mark.moe_plugin(...)``."""
     marker = request.node.get_closest_marker(_MARKER)
     if marker is None or not marker.args:
-        pytest.fail(f"moe_plugin_report needs @pytest.mark.{_MARKER}('plugin name or path/to/module.py:Class', **options)",
-                    pytrace=False)
+        pytest.fail(
+            f"moe_plugin_report needs @pytest.mark.{_MARKER}('plugin name or path/to/module.py:Class', **options)",
+            pytrace=False,
+        )
     return _run(marker.args[0], {**_cli_options(request.config), **marker.kwargs})

@@ -49,12 +49,12 @@ CHECKS: dict[str, str] = {
     "numerics": "outputs within the documented tolerance policy of an independent fp64 computation",
     "prepare": "a plugin with prepare(): calling it twice for one key works, and its launch gives run()'s outputs",
     "deterministic": "two calls on identical inputs give bit-identical outputs (within the tolerance when the plugin declares "
-                     "deterministic = False)",
+    "deterministic = False)",
     "padding_ignored": "real rows do not depend on the padding rows of the input (past masked_m: NaN, then other values)",
     "second_call": "the second call of a shape key, with fresh inputs (mega_moe: another layer's weights), gives the results "
-                   "of its own inputs, through run() and through prepare()'s launch",
+    "of its own inputs, through run() and through prepare()'s launch",
     "expert_parallel": "a mega_moe plugin that accepts ep_size > 1 gives each rank's rows of the whole problem, run over a gloo "
-                       "group of processes on CPU",
+    "group of processes on CPU",
 }
 
 
@@ -205,15 +205,22 @@ class ConformanceReport:
             f"{self.cases_rejected} rejected by supports(), {self.cases_probed} supports()-checked only",
         ]
         if self.supports_median_us:
-            lines.append(f"supports(): median {self.supports_median_us:.1f} us, max {self.supports_max_us:.1f} us per call")
+            lines.append(
+                f"supports(): median {self.supports_median_us:.1f} us, max {self.supports_max_us:.1f} us per call"
+            )
         rows = [(c.name, c.status, c.checked, c.failed, c.note) for c in self.checks]
         lines.append("")
         lines.append(_table(("check", "status", "checked", "failed", "note"), rows))
         first = self.first_failure
         errored = [c for c in self.cases if c.status == "error"]
         if first is not None:
-            lines += ["", f"first failure: [{first.check}] {first.case}", f"  shape:  {first.shape}",
-                      f"  config: {first.config}", f"  error:  {first.error}"]
+            lines += [
+                "",
+                f"first failure: [{first.check}] {first.case}",
+                f"  shape:  {first.shape}",
+                f"  config: {first.config}",
+                f"  error:  {first.error}",
+            ]
         elif errored:
             lines += ["", f"first failure: {errored[0].label}: {errored[0].reason}"]
         lines.append("")

@@ -45,9 +45,18 @@ from .names import check_name
 from .supports_cost import ask, ask_all
 from .report import FAILED, PASSED, CaseFailure, CaseResult, ConformanceReport
 
-__all__ = ["SuiteOptions", "run_conformance", "ProgressCallback", "EstimateCallback", "ESTIMATE_THRESHOLD_S",
-           "DEFAULT_CPU_MAX_ELEMENTS", "DEFAULT_CUDA_MAX_ELEMENTS", "DEFAULT_CPU_CATALOG_RUNS", "conformance_for",
-           "SupportsOnlyConformance"]
+__all__ = [
+    "SuiteOptions",
+    "run_conformance",
+    "ProgressCallback",
+    "EstimateCallback",
+    "ESTIMATE_THRESHOLD_S",
+    "DEFAULT_CPU_MAX_ELEMENTS",
+    "DEFAULT_CUDA_MAX_ELEMENTS",
+    "DEFAULT_CPU_CATALOG_RUNS",
+    "conformance_for",
+    "SupportsOnlyConformance",
+]
 
 logger = get_logger(__name__)
 
@@ -118,7 +127,9 @@ def _resolve_device(spec: str) -> torch.device:
         raise InvalidArgumentError("conformance suite", "device", spec, '"auto", "cpu", "cuda" or "cuda:N"') from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise MoEPluginsError(f"device {spec!r} requested, but CUDA is not available here; use --device cpu or auto")
+            raise MoEPluginsError(
+                f"device {spec!r} requested, but CUDA is not available here; use --device cpu or auto"
+            )
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
     return device
@@ -132,11 +143,19 @@ def _check_supports(
     failures: list[CaseFailure] = []
     answers = []
     reads: list[str] = []
-    for shape, config in ((case.shape, case.config), (case.shape, case.config), (_copy(case.shape), _copy(case.config))):
+    for shape, config in (
+        (case.shape, case.config),
+        (case.shape, case.config),
+        (_copy(case.shape), _copy(case.config)),
+    ):
         try:
             answer, micros, read = ask(plugin, shape, config)
         except Exception as exc:  # noqa: BLE001 - the finding
-            failures.append(checks.fail("supports_answer", case, f"supports() raised {_error_text(exc)}; it must return Support.no(reason)"))
+            failures.append(
+                checks.fail(
+                    "supports_answer", case, f"supports() raised {_error_text(exc)}; it must return Support.no(reason)"
+                )
+            )
             return None, f"supports() raised {type(exc).__name__}: {exc}", failures
         timings.append(micros)
         answers.append(answer)
@@ -144,8 +163,14 @@ def _check_supports(
         if micros > limit_us and len(timings) > 1:
             break  # over the per-call limit: the caller stops asking
     if reads:
-        failures.append(checks.fail("supports_no_sync", case, f"supports() read tensor values ({', '.join(dict.fromkeys(reads))}): "
-                                    "a host sync, and an answer that may differ between ranks; decide from the shape and config only"))
+        failures.append(
+            checks.fail(
+                "supports_no_sync",
+                case,
+                f"supports() read tensor values ({', '.join(dict.fromkeys(reads))}): "
+                "a host sync, and an answer that may differ between ranks; decide from the shape and config only",
+            )
+        )
     else:
         checks.ok("supports_no_sync")
     if len(answers) < 3:
@@ -153,18 +178,30 @@ def _check_supports(
     first = answers[0]
     reason = getattr(first, "reason", None)
     if not isinstance(first, Support) and not isinstance(reason, str):
-        failures.append(checks.fail("supports_answer", case, f"supports() returned {first!r}; it must return sglang_moe_plugins.Support"))
+        failures.append(
+            checks.fail(
+                "supports_answer", case, f"supports() returned {first!r}; it must return sglang_moe_plugins.Support"
+            )
+        )
         return None, "no Support returned", failures
     if not isinstance(reason, str) or not reason.strip():
-        failures.append(checks.fail("supports_answer", case, f"supports() returned {first!r} without a human-readable reason"))
+        failures.append(
+            checks.fail("supports_answer", case, f"supports() returned {first!r} without a human-readable reason")
+        )
         return bool(first), "(no reason)", failures
     checks.ok("supports_answer")
     keys = [(bool(a), getattr(a, "reason", None)) for a in answers]
     if keys[0] != keys[1]:
-        failures.append(checks.fail("supports_deterministic", case, f"asked twice, supports() answered {keys[0]} then {keys[1]}"))
+        failures.append(
+            checks.fail("supports_deterministic", case, f"asked twice, supports() answered {keys[0]} then {keys[1]}")
+        )
     elif keys[0] != keys[2]:
         failures.append(
-            checks.fail("supports_deterministic", case, f"supports() answered {keys[0]}, but {keys[2]} for an equal copy of the shape and config")
+            checks.fail(
+                "supports_deterministic",
+                case,
+                f"supports() answered {keys[0]}, but {keys[2]} for an equal copy of the shape and config",
+            )
         )
     else:
         checks.ok("supports_deterministic")
@@ -216,7 +253,9 @@ def run_conformance(
     valid = [f.name for f in dataclasses.fields(SuiteOptions)]
     for key in overrides:
         if key not in valid:
-            raise InvalidArgumentError("conformance suite", key, overrides[key], f"a SuiteOptions field: {', '.join(valid)}")
+            raise InvalidArgumentError(
+                "conformance suite", key, overrides[key], f"a SuiteOptions field: {', '.join(valid)}"
+            )
     options = dataclasses.replace(options or SuiteOptions(), **overrides)
     if options.seed is None:
         options = dataclasses.replace(options, seed=random.SystemRandom().randrange(1 << 31))
@@ -227,10 +266,14 @@ def run_conformance(
     op = str(getattr(plugin, "op", "?"))
     device = _resolve_device(options.device)
     platform = platform_of(device)
-    logger.info("sglang-moe-plugins conformance: plugin %r (%s), op %s, on %s, seed %d", name, loaded.origin, op, device, seed)
+    logger.info(
+        "sglang-moe-plugins conformance: plugin %r (%s), op %s, on %s, seed %d", name, loaded.origin, op, device, seed
+    )
     checks = _Checks()
 
-    def report(coverage: str, note: str, cases: tuple[CaseResult, ...] = (), timings: list[float] | None = None) -> ConformanceReport:
+    def report(
+        coverage: str, note: str, cases: tuple[CaseResult, ...] = (), timings: list[float] | None = None
+    ) -> ConformanceReport:
         timings = timings or []
         return ConformanceReport(
             plugin=name,
@@ -255,7 +298,9 @@ def run_conformance(
         if callable(available):
             answer = available(platform)
             if not isinstance(getattr(answer, "reason", None), str):
-                raise MoEPluginsError(f"available({platform}) returned {answer!r}; it must return sglang_moe_plugins.Support")
+                raise MoEPluginsError(
+                    f"available({platform}) returned {answer!r}; it must return sglang_moe_plugins.Support"
+                )
     except Exception as exc:  # noqa: BLE001 - the finding
         checks.fail("contract", None, str(exc) if isinstance(exc, MoEPluginsError) else _error_text(exc))
         if not isinstance(getattr(plugin, "name", None), str) or not callable(getattr(plugin, "supports", None)):
@@ -272,13 +317,23 @@ def run_conformance(
         return report(NONE, f"op {op!r} is not a known op (known: {', '.join(sorted(OPS))}); nothing to check")
     adapter = conformance_for(op)
     if adapter is None:
-        return report(NONE, f"op {op!r} is not covered by the conformance suite yet (its op module offers no conformance cases)")
+        return report(
+            NONE, f"op {op!r} is not covered by the conformance suite yet (its op module offers no conformance cases)"
+        )
 
     drawn = list(adapter.cases(options, platform, seed))
     timings: list[float] = []
     answers: dict[int, tuple[bool | None, str, list[CaseFailure]]] = {}
-    stopped = ask_all(drawn, answers, lambda case, limit: _check_supports(plugin, case, checks, timings, limit), timings,
-                      options.supports_limit_us, options.supports_budget_us, progress, _short)
+    stopped = ask_all(
+        drawn,
+        answers,
+        lambda case, limit: _check_supports(plugin, case, checks, timings, limit),
+        timings,
+        options.supports_limit_us,
+        options.supports_budget_us,
+        progress,
+        _short,
+    )
     if stopped:
         drawn = [c for c in drawn if id(c) in answers]
     accepted = [c for c in drawn if c.execute and answers[id(c)][0]]
@@ -310,7 +365,9 @@ def run_conformance(
                 failures = failures + execute_case(plugin, adapter, case, device, checks)
             except Exception as exc:  # noqa: BLE001 - a suite problem must not hide as a pass
                 logger.exception("conformance suite error on case %s", case.label)
-                failures = failures + [checks.fail("run_no_crash", case, f"the suite itself failed on this case: {_error_text(exc)}")]
+                failures = failures + [
+                    checks.fail("run_no_crash", case, f"the suite itself failed on this case: {_error_text(exc)}")
+                ]
             status = FAILED if failures else PASSED
             spent += costs.get(id(case), 0.0)
             ran_seconds += time.perf_counter() - case_start
@@ -318,21 +375,36 @@ def run_conformance(
                 estimated = True
                 total_s = (time.perf_counter() - started) + ran_seconds / spent * (pending - spent)
                 if total_s > ESTIMATE_THRESHOLD_S:
-                    logger.info("sglang-moe-plugins conformance: estimated %.0f s in all (%d cases to run)", total_s, len(costs))
+                    logger.info(
+                        "sglang-moe-plugins conformance: estimated %.0f s in all (%d cases to run)", total_s, len(costs)
+                    )
                     if estimate is not None:
                         estimate(total_s, len(costs))
         if failures and status in ("rejected", "probed"):
             status = FAILED
         results.append(
-            CaseResult(case.label, case.origin, _describe(case.shape), _describe(case.config), case.masked_m, supported, reason,
-                       status, tuple(failures), time.perf_counter() - case_start, case.seed)
+            CaseResult(
+                case.label,
+                case.origin,
+                _describe(case.shape),
+                _describe(case.config),
+                case.masked_m,
+                supported,
+                reason,
+                status,
+                tuple(failures),
+                time.perf_counter() - case_start,
+                case.seed,
+            )
         )
     if progress is not None:
         progress(total, total, "")
     logger.debug("conformance runs took %.2f s", time.perf_counter() - runs_started)
     from .expert_parallel import check_expert_parallel
 
-    check_expert_parallel(plugin, loaded, adapter, [c for c in drawn if answers[id(c)][0]], checks, options, platform, device)
+    check_expert_parallel(
+        plugin, loaded, adapter, [c for c in drawn if answers[id(c)][0]], checks, options, platform, device
+    )
 
     if timings:
         median = statistics.median(timings)
@@ -340,23 +412,42 @@ def run_conformance(
         if stopped:
             checks.fail("supports_cheap", None, stopped)
         elif median > budget:
-            checks.fail("supports_cheap", None, f"supports() took {median:.0f} us per call (median of {len(timings)}), over the {budget:.0f} us budget")
+            checks.fail(
+                "supports_cheap",
+                None,
+                f"supports() took {median:.0f} us per call (median of {len(timings)}), over the {budget:.0f} us budget",
+            )
         else:
             checks.ok("supports_cheap")
         slowest = max(timings[1:]) if len(timings) > 1 else timings[0]
-        checks.notes["supports_cheap"] = (f"median {median:.1f} us, slowest {slowest:.1f} us after the first call ({timings[0]:.1f} us); "
-                                          f"budget {budget:.0f} us median, {options.supports_limit_us:.0f} us per call")
+        checks.notes["supports_cheap"] = (
+            f"median {median:.1f} us, slowest {slowest:.1f} us after the first call ({timings[0]:.1f} us); "
+            f"budget {budget:.0f} us median, {options.supports_limit_us:.0f} us per call"
+        )
     if adapter.coverage != FULL:
-        for key in ("run_no_crash", "output_layout", "inputs_unchanged", "rows_written", "numerics", "prepare", "deterministic",
-                    "padding_ignored", "second_call"):
+        for key in (
+            "run_no_crash",
+            "output_layout",
+            "inputs_unchanged",
+            "rows_written",
+            "numerics",
+            "prepare",
+            "deterministic",
+            "padding_ignored",
+            "second_call",
+        ):
             checks.notes[key] = "not exercised: " + adapter.note
     if not callable(getattr(plugin, "prepare", None)):
         checks.ok("prepare")  # optional: a plugin without it satisfies the contract
         checks.notes.setdefault("prepare", "the plugin has no prepare(): run() is called on every call (allowed)")
     if not is_deterministic(plugin):
-        checks.notes["deterministic"] = ("the plugin declares deterministic = False: repeated calls are compared within the "
-                                         "tolerance, not bit for bit")
-    if not callable(getattr(adapter, "repad", None)) or not any(getattr(adapter, "has_padding", lambda c: True)(c) for c in drawn):
+        checks.notes["deterministic"] = (
+            "the plugin declares deterministic = False: repeated calls are compared within the "
+            "tolerance, not bit for bit"
+        )
+    if not callable(getattr(adapter, "repad", None)) or not any(
+        getattr(adapter, "has_padding", lambda c: True)(c) for c in drawn
+    ):
         checks.notes.setdefault("padding_ignored", f"op {op} has no padding rows in its inputs")
         if not checks.failures.get("padding_ignored"):
             checks.ok("padding_ignored")
@@ -364,7 +455,9 @@ def run_conformance(
     probed = sum(1 for r in results if r.status == "probed")
     checks.notes.setdefault("supports_answer", f"{len(drawn) - rejected} accepted, {rejected} rejected")
     if probed:
-        checks.notes.setdefault("run_no_crash", f"{probed} accepted case(s) supports()-checked only (size budget or max_catalog_runs)")
+        checks.notes.setdefault(
+            "run_no_crash", f"{probed} accepted case(s) supports()-checked only (size budget or max_catalog_runs)"
+        )
     final = report(adapter.coverage, adapter.note, tuple(results), timings)
     logger.info("sglang-moe-plugins conformance: plugin %r: %s (%d cases run)", name, final.status, final.cases_run)
     return final

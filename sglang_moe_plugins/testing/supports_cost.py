@@ -17,7 +17,9 @@ from torch.overrides import TorchFunctionMode
 __all__ = ["HostReadWatch", "ask", "ask_all"]
 
 #: Tensor methods that read a tensor's values on the host (a device sync on CUDA).
-_HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__complex__", "numpy", "cpu", "__array__"})
+_HOST_READS = frozenset(
+    {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__complex__", "numpy", "cpu", "__array__"}
+)
 
 
 class HostReadWatch(TorchFunctionMode):
@@ -63,9 +65,13 @@ def ask_all(
         slow = [t for t in timings[1:] if t > limit]
         left = len(drawn) - index - 1
         if slow:
-            return (f"supports() took {max(slow) / 1e6:.3f} s on one call ({short(case)}), over the {limit / 1e3:.0f} ms per-call limit "
-                    f"(the first call of the run is exempt); {left} remaining case(s) not asked")
+            return (
+                f"supports() took {max(slow) / 1e6:.3f} s on one call ({short(case)}), over the {limit / 1e3:.0f} ms per-call limit "
+                f"(the first call of the run is exempt); {left} remaining case(s) not asked"
+            )
         if len(timings) >= 30 and statistics.median(timings) > 10 * budget_us:
-            return (f"supports() takes {statistics.median(timings):.0f} us per call (median of {len(timings)}), over 10x the "
-                    f"{budget_us:.0f} us budget; {left} remaining case(s) not asked")
+            return (
+                f"supports() takes {statistics.median(timings):.0f} us per call (median of {len(timings)}), over 10x the "
+                f"{budget_us:.0f} us budget; {left} remaining case(s) not asked"
+            )
     return ""

@@ -42,7 +42,16 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from mega_sm90_common import DEEPGEMM_CALC_DIFF_TOL, SHAPES, Sm90Case, build_case, case_rtol, compare, env_ok, poisoned_outputs  # noqa: E402
+from mega_sm90_common import (
+    DEEPGEMM_CALC_DIFF_TOL,
+    SHAPES,
+    Sm90Case,
+    build_case,
+    case_rtol,
+    compare,
+    env_ok,
+    poisoned_outputs,
+)  # noqa: E402
 
 from sglang_moe_plugins import api  # noqa: E402
 from sglang_moe_plugins.ops import mega_moe as mm  # noqa: E402
@@ -66,14 +75,21 @@ def whole_problem_reference(cases: list[Sm90Case], full: Sm90Case, tokens: list[
     w = torch.cat([c.inputs.topk_weights for c in cases]).float()
     if full.config.routed_scaling_factor != 1.0:
         w = w * full.config.routed_scaling_factor
-    shape = mm.MegaMoEShape(experts, full.shape.hidden, full.shape.intermediate, full.shape.top_k, max_tokens_per_rank=max(1, x.shape[0]))
+    shape = mm.MegaMoEShape(
+        experts, full.shape.hidden, full.shape.intermediate, full.shape.top_k, max_tokens_per_rank=max(1, x.shape[0])
+    )
     slots = torch.zeros((x.shape[0], shape.top_k, shape.hidden), dtype=torch.float32, device=x.device)
     per_rank = experts // ranks
     for owner in range(ranks):
         mine = (ids >= owner * per_rank) & (ids < (owner + 1) * per_rank)
         owned = torch.where(mine, ids, torch.full_like(ids, -1))
-        inputs = mm.MegaMoEInputs(hidden_states=x, topk_ids=owned, topk_weights=w, l1_weights=full.inputs.l1_weights,
-                                  l2_weights=full.inputs.l2_weights)
+        inputs = mm.MegaMoEInputs(
+            hidden_states=x,
+            topk_ids=owned,
+            topk_weights=w,
+            l1_weights=full.inputs.l1_weights,
+            l2_weights=full.inputs.l2_weights,
+        )
         numerics = sm90_numerics_for(tokens[owner], ranks, shape.top_k, experts)
         slots += sm90_reference_slots(inputs, shape, full.config, w, numerics)
     acc = torch.zeros((x.shape[0], shape.hidden), dtype=torch.float32, device=x.device)
@@ -95,8 +111,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=pathlib.Path, default=None)
     env_rank = os.environ.get("MEGA_EP2_FAIL_RANK")
-    parser.add_argument("--inject-failure-rank", type=int, default=int(env_rank) if env_rank else None,
-                        help="make the chosen plugin raise on this rank (default: $MEGA_EP2_FAIL_RANK)")
+    parser.add_argument(
+        "--inject-failure-rank",
+        type=int,
+        default=int(env_rank) if env_rank else None,
+        help="make the chosen plugin raise on this rank (default: $MEGA_EP2_FAIL_RANK)",
+    )
     parser.add_argument("--pg-timeout-s", type=int, default=60)
     parser.add_argument("--deadline-s", type=int, default=300)
     args = parser.parse_args()
@@ -108,7 +128,9 @@ def main() -> int:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     torch.cuda.set_device(local)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local), timeout=datetime.timedelta(seconds=args.pg_timeout_s))
+    dist.init_process_group(
+        "nccl", device_id=torch.device("cuda", local), timeout=datetime.timedelta(seconds=args.pg_timeout_s)
+    )
     group = dist.group.WORLD
     if args.inject_failure_rank == rank:  # before any selection, so no bound launch predates it
         _inject_failure(api.get_registry().get("mega_sm90_fp8").plugin)
@@ -118,9 +140,18 @@ def main() -> int:
         t0 = time.time()
         half = experts // world
         seed = experts * 100 + hidden
-        mk = dict(experts=experts, hidden=hidden, inter=inter, top_k=top_k, clamp=clamp, seed=seed, max_tokens=MAX_TOKENS)
-        case = build_case(group, tokens=tokens[rank], ep_size=world, expert_slice=slice(rank * half, (rank + 1) * half),
-                          token_seed=seed * 10 + rank, label=label, **mk)
+        mk = dict(
+            experts=experts, hidden=hidden, inter=inter, top_k=top_k, clamp=clamp, seed=seed, max_tokens=MAX_TOKENS
+        )
+        case = build_case(
+            group,
+            tokens=tokens[rank],
+            ep_size=world,
+            expert_slice=slice(rank * half, (rank + 1) * half),
+            token_seed=seed * 10 + rank,
+            label=label,
+            **mk,
+        )
         selection = api.select("mega_moe", case.shape, case.config)
         chosen = selection.chosen.name if selection.chosen else None
         names = [None] * world
@@ -137,28 +168,68 @@ def main() -> int:
             return 1
         # the whole problem on every rank: gather tokens, rebuild all experts' weights from the seed
         gathered = [None] * world
-        dist.all_gather_object(gathered, (case.inputs.hidden_states.cpu(), case.inputs.topk_ids.cpu(), case.inputs.topk_weights.cpu()))
+        dist.all_gather_object(
+            gathered, (case.inputs.hidden_states.cpu(), case.inputs.topk_ids.cpu(), case.inputs.topk_weights.cpu())
+        )
         full = build_case(group, tokens=0, label=label, **mk)
-        cases = [Sm90Case(mm.MegaMoEInputs(hidden_states=g[0].cuda(), topk_ids=g[1].cuda(), topk_weights=g[2].cuda(),
-                                           l1_weights=full.inputs.l1_weights, l2_weights=full.inputs.l2_weights), full.shape, full.config)
-                 for g in gathered]
+        cases = [
+            Sm90Case(
+                mm.MegaMoEInputs(
+                    hidden_states=g[0].cuda(),
+                    topk_ids=g[1].cuda(),
+                    topk_weights=g[2].cuda(),
+                    l1_weights=full.inputs.l1_weights,
+                    l2_weights=full.inputs.l2_weights,
+                ),
+                full.shape,
+                full.config,
+            )
+            for g in gathered
+        ]
         ref = whole_problem_reference(cases, full, list(tokens))
         start = sum(tokens[:rank])
         res = compare(out.y[: tokens[rank]], ref[start : start + tokens[rank]])
-        results.append({"case": label, "rank": rank, "tokens": tokens, "chosen": names, "same_plugin": same,
-                        "unwritten_rows": int((~torch.isfinite(out.y[: tokens[rank]])).any(-1).sum()),
-                        "rel_l2": res.rel_l2, "worst_row": res.worst_row, "calc_diff": res.calc_diff, "gain": res.gain,
-                        "ok": bool(same and res.ok(case_rtol(max(tokens), world, top_k, experts)) and res.calc_diff < DEEPGEMM_CALC_DIFF_TOL), "seconds": round(time.time() - t0, 1)})
+        results.append(
+            {
+                "case": label,
+                "rank": rank,
+                "tokens": tokens,
+                "chosen": names,
+                "same_plugin": same,
+                "unwritten_rows": int((~torch.isfinite(out.y[: tokens[rank]])).any(-1).sum()),
+                "rel_l2": res.rel_l2,
+                "worst_row": res.worst_row,
+                "calc_diff": res.calc_diff,
+                "gain": res.gain,
+                "ok": bool(
+                    same
+                    and res.ok(case_rtol(max(tokens), world, top_k, experts))
+                    and res.calc_diff < DEEPGEMM_CALC_DIFF_TOL
+                ),
+                "seconds": round(time.time() - t0, 1),
+            }
+        )
     every = [None] * world
     dist.all_gather_object(every, results)
     if rank == 0:
         flat = [r for rs in every for r in rs]
         for r in flat:
-            print(f"rank {r['rank']} {r['case']} T={r['tokens']}: chose {r['chosen']}, rel L2 {r['rel_l2']:.3%}, "
-                  f"worst row {r['worst_row']:.2%}, unwritten {r['unwritten_rows']}, {'OK' if r['ok'] else 'FAIL'}")
+            print(
+                f"rank {r['rank']} {r['case']} T={r['tokens']}: chose {r['chosen']}, rel L2 {r['rel_l2']:.3%}, "
+                f"worst row {r['worst_row']:.2%}, unwritten {r['unwritten_rows']}, {'OK' if r['ok'] else 'FAIL'}"
+            )
         if args.out:
-            args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "world": world, "results": flat,
-                                            "seconds": round(time.time() - t_start, 1)}, indent=1))
+            args.out.write_text(
+                json.dumps(
+                    {
+                        "device": torch.cuda.get_device_name(),
+                        "world": world,
+                        "results": flat,
+                        "seconds": round(time.time() - t_start, 1),
+                    },
+                    indent=1,
+                )
+            )
         ok = all(r["ok"] for r in flat)
         print("EP2", "PASSED" if ok else "FAILED", flush=True)
     else:

@@ -24,7 +24,11 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+for _name, _value in (
+    ("NCCL_NVLS_ENABLE", "0"),
+    ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+    ("NVSHMEM_DISABLE_NVLS", "1"),
+):
     os.environ.setdefault(_name, _value)
 
 import torch  # noqa: E402
@@ -73,8 +77,9 @@ def single_rank_group() -> Any:
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
-                                device_id=torch.device("cuda:0"))
+        dist.init_process_group(
+            "nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1, device_id=torch.device("cuda:0")
+        )
     return dist.group.WORLD
 
 
@@ -90,10 +95,25 @@ class Sm90Case:
         return self.inputs.num_tokens
 
 
-def build_case(group: Any, *, experts: int, hidden: int, inter: int, top_k: int, tokens: int, clamp: float | None = 10.0,
-               rsf: float = 1.0, routing: str = "random", seed: int = 0, max_tokens: int = MAX_TOKENS, ep_size: int = 1,
-               label: str = "", expert_slice: slice | None = None, token_seed: int | None = None,
-               device: str | None = None) -> Sm90Case:
+def build_case(
+    group: Any,
+    *,
+    experts: int,
+    hidden: int,
+    inter: int,
+    top_k: int,
+    tokens: int,
+    clamp: float | None = 10.0,
+    rsf: float = 1.0,
+    routing: str = "random",
+    seed: int = 0,
+    max_tokens: int = MAX_TOKENS,
+    ep_size: int = 1,
+    label: str = "",
+    expert_slice: slice | None = None,
+    token_seed: int | None = None,
+    device: str | None = None,
+) -> Sm90Case:
     """THE builder of the op's inputs for the GPU runs (built on the GPU, fresh random non-zero values).
 
     Weights: fp32 ``randn * 0.08`` encoded as SGLang's ``build_sm90_mega_moe_experts_weights`` leaves
@@ -104,7 +124,7 @@ def build_case(group: Any, *, experts: int, hidden: int, inter: int, top_k: int,
     """
     dev = torch.device(device) if device else torch.device("cuda", torch.cuda.current_device())
     token_seed = seed if token_seed is None else token_seed
-    x = (torch.randn(tokens, hidden, device=dev, generator=torch.Generator(device=dev).manual_seed(token_seed + 7)) * 2.0)
+    x = torch.randn(tokens, hidden, device=dev, generator=torch.Generator(device=dev).manual_seed(token_seed + 7)) * 2.0
     x = x.to(torch.bfloat16)
     gen = torch.Generator(device=dev).manual_seed(seed)
     keep = expert_slice or slice(0, experts)
@@ -126,17 +146,32 @@ def build_case(group: Any, *, experts: int, hidden: int, inter: int, top_k: int,
     ids = _route(routing, ids, experts, token_seed).to(dev)
     weights = (torch.rand(tokens, top_k, generator=cpu) + 0.05).to(dev)
     shape, config = mm.describe(
-        x, ids, weights, l1_weights=l1, l2_weights=l2, variant="sm90_fp8", num_experts=experts,
-        hidden_size=hidden, intermediate_size=inter, top_k=top_k, activation_clamp=clamp, routed_scaling_factor=rsf,
-        max_tokens_per_rank=max_tokens, ep_size=ep_size,
+        x,
+        ids,
+        weights,
+        l1_weights=l1,
+        l2_weights=l2,
+        variant="sm90_fp8",
+        num_experts=experts,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        top_k=top_k,
+        activation_clamp=clamp,
+        routed_scaling_factor=rsf,
+        max_tokens_per_rank=max_tokens,
+        ep_size=ep_size,
     )
-    inputs = mm.MegaMoEInputs(hidden_states=x, topk_ids=ids, topk_weights=weights, l1_weights=l1, l2_weights=l2, ep_group=group)
+    inputs = mm.MegaMoEInputs(
+        hidden_states=x, topk_ids=ids, topk_weights=weights, l1_weights=l1, l2_weights=l2, ep_group=group
+    )
     return Sm90Case(inputs, shape, config, label or f"E={experts} H={hidden} I={inter} k={top_k} T={tokens} {routing}")
 
 
 def with_tokens(case: Sm90Case, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> Sm90Case:
     """The same layer with other token tensors (same T): for CUDA-graph replays."""
-    return dataclasses.replace(case, inputs=dataclasses.replace(case.inputs, hidden_states=x, topk_ids=ids, topk_weights=weights))
+    return dataclasses.replace(
+        case, inputs=dataclasses.replace(case.inputs, hidden_states=x, topk_ids=ids, topk_weights=weights)
+    )
 
 
 def sm90_plugin(pre_dispatch: str = "auto") -> Any:
@@ -184,7 +219,8 @@ def direct_buffer(group: Any, shape: mm.MegaMoEShape) -> Any:
         if "num_shared_experts" in params:
             kwargs["num_shared_experts"] = 0
         _direct_buffers[key] = deep_gemm.get_symm_buffer_for_mega_moe(
-            group, shape.num_experts, shape.max_tokens_per_rank, shape.top_k, shape.hidden, shape.intermediate, **kwargs)
+            group, shape.num_experts, shape.max_tokens_per_rank, shape.top_k, shape.hidden, shape.intermediate, **kwargs
+        )
     return _direct_buffers[key]
 
 
@@ -198,12 +234,30 @@ def direct_call(case: Sm90Case, buf: Any, y: torch.Tensor | None = None) -> torc
     else:
         ids = x.new_empty((0, case.shape.top_k), dtype=torch.int32)
         w = x.new_empty((0, case.shape.top_k), dtype=torch.float32)
-    deep_gemm.mega_moe_pre_dispatch_sm90(x, ids, w, buf.x, buf.x_sf, buf.topk_idx, buf.topk_weights, num_tokens=t,
-                                         group_size=128, routed_scaling_factor=case.config.routed_scaling_factor)
+    deep_gemm.mega_moe_pre_dispatch_sm90(
+        x,
+        ids,
+        w,
+        buf.x,
+        buf.x_sf,
+        buf.topk_idx,
+        buf.topk_weights,
+        num_tokens=t,
+        group_size=128,
+        routed_scaling_factor=case.config.routed_scaling_factor,
+    )
     if y is None:
         y = torch.empty((max(t, 1), case.shape.hidden), dtype=torch.bfloat16, device=x.device)
-    deep_gemm.fp8_mega_moe(y, case.inputs.l1_weights, case.inputs.l2_weights, buf, recipe=(128, 128, 128),
-                           activation="swiglu", activation_clamp=case.config.activation_clamp, fast_math=True)
+    deep_gemm.fp8_mega_moe(
+        y,
+        case.inputs.l1_weights,
+        case.inputs.l2_weights,
+        buf,
+        recipe=(128, 128, 128),
+        activation="swiglu",
+        activation_clamp=case.config.activation_clamp,
+        fast_math=True,
+    )
     return y[:t]
 
 
@@ -223,8 +277,10 @@ class Residue:
         return self.rel_l2 <= case_rtol and self.worst_row <= ROW_RTOL and self.zero_rows_ok
 
     def text(self) -> str:
-        return (f"rel L2 {self.rel_l2:.3%}, worst row {self.worst_row:.3%} (#{self.worst_row_index}), "
-                f"calc_diff {self.calc_diff:.2e}, gain {self.gain:.5f}")
+        return (
+            f"rel L2 {self.rel_l2:.3%}, worst row {self.worst_row:.3%} (#{self.worst_row_index}), "
+            f"calc_diff {self.calc_diff:.2e}, gain {self.gain:.5f}"
+        )
 
 
 def case_rtol(num_tokens: int, num_ranks: int, top_k: int, num_experts: int) -> float:
@@ -245,7 +301,14 @@ def compare(y: torch.Tensor, ref: torch.Tensor) -> Residue:
     if a.numel() == 0:
         return Residue(0.0, 0.0, -1, 0.0, 1.0, True)
     if not torch.isfinite(a).all():
-        return Residue(float("inf"), float("inf"), int((~torch.isfinite(a)).any(-1).nonzero()[0]), float("inf"), float("nan"), False)
+        return Residue(
+            float("inf"),
+            float("inf"),
+            int((~torch.isfinite(a)).any(-1).nonzero()[0]),
+            float("inf"),
+            float("nan"),
+            False,
+        )
     zero = (b == 0).all(-1)
     zero_ok = bool((a[zero] == 0).all())
     diff = (a - b).norm(dim=-1)

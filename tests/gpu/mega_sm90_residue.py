@@ -81,21 +81,49 @@ def main() -> int:
     rows = []
     for experts, hidden, inter, tokens, top_k, clamp in CASES[: args.max_cases]:
         t0 = time.time()
-        case = build_case(group, experts=experts, hidden=hidden, inter=inter, top_k=top_k, tokens=tokens, clamp=clamp,
-                          max_tokens=512, seed=experts * 1000 + tokens)
+        case = build_case(
+            group,
+            experts=experts,
+            hidden=hidden,
+            inter=inter,
+            top_k=top_k,
+            tokens=tokens,
+            clamp=clamp,
+            max_tokens=512,
+            seed=experts * 1000 + tokens,
+        )
         y = direct_call(case, direct_buffer(group, case.shape)).clone()
         torch.cuda.synchronize()
         t_kernel = time.time() - t0
-        row = {"E": experts, "H": hidden, "I": inter, "T": tokens, "top_k": top_k, "clamp": clamp,
-               "block_m": sm90_block_m(tokens, 1, top_k, experts), "unwritten_rows": int((~torch.isfinite(y)).any(-1).sum()),
-               "first_call_s": round(t_kernel, 1), "refs": {}}
+        row = {
+            "E": experts,
+            "H": hidden,
+            "I": inter,
+            "T": tokens,
+            "top_k": top_k,
+            "clamp": clamp,
+            "block_m": sm90_block_m(tokens, 1, top_k, experts),
+            "unwritten_rows": int((~torch.isfinite(y)).any(-1).sum()),
+            "first_call_s": round(t_kernel, 1),
+            "refs": {},
+        }
         for name, spec in REFERENCES.items():
             res = compare(y, reference(case, _numerics(spec, tokens, top_k, experts)))
-            row["refs"][name] = {"rel_l2": res.rel_l2, "worst_row": res.worst_row, "calc_diff": res.calc_diff, "gain": res.gain}
+            row["refs"][name] = {
+                "rel_l2": res.rel_l2,
+                "worst_row": res.worst_row,
+                "calc_diff": res.calc_diff,
+                "gain": res.gain,
+            }
         rows.append(row)
-        cells = "  ".join(f"{n} {r['rel_l2']:.3%}/{r['worst_row']:.2%}/g{r['gain']:.4f}" for n, r in row["refs"].items())
-        print(f"E={experts} H={hidden} I={inter} T={tokens} k={top_k} clamp={clamp} BLOCK_M={row['block_m']} "
-              f"({time.time() - t0:.0f} s): {cells}", flush=True)
+        cells = "  ".join(
+            f"{n} {r['rel_l2']:.3%}/{r['worst_row']:.2%}/g{r['gain']:.4f}" for n, r in row["refs"].items()
+        )
+        print(
+            f"E={experts} H={hidden} I={inter} T={tokens} k={top_k} clamp={clamp} BLOCK_M={row['block_m']} "
+            f"({time.time() - t0:.0f} s): {cells}",
+            flush=True,
+        )
         if args.out:
             args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "cases": rows}, indent=1))
     print("\n| E, H, I, T, top-k, clamp | BLOCK_M | " + " | ".join(REFERENCES) + " |")

@@ -37,8 +37,9 @@ def _warm(keys: list[tuple]) -> int:
         x = torch.zeros(1, 1, 2 * hidden, dtype=torch.bfloat16, device="cuda")
         m = torch.ones(1, dtype=torch.int32, device="cuda")
         out = torch.empty(1, 1, hidden, dtype=torch.float8_e4m3fn, device="cuda")
-        scale = torch.empty(1, 1, (groups + 3) // 4 if ue8m0 else groups,
-                            dtype=torch.int32 if ue8m0 else torch.float32, device="cuda")
+        scale = torch.empty(
+            1, 1, (groups + 3) // 4 if ue8m0 else groups, dtype=torch.int32 if ue8m0 else torch.float32, device="cuda"
+        )
         K.launch(x, m, out, scale, group_size=group, swiglu_limit=limit, swizzle=swizzle, ue8m0=ue8m0)
     torch.cuda.synchronize()
     return len(keys)
@@ -53,8 +54,14 @@ def prewarm(workers: int) -> float:
 
     from sglang_moe_plugins.ops.silu_mul_quant import GROUP_SIZES
 
-    keys = [(g * n, g, limit, swizzle, ue8m0) for g in GROUP_SIZES for n in COMPACT_GROUPS
-            for limit in (None, 1.0) for swizzle in (False, True) for ue8m0 in (False, True)]
+    keys = [
+        (g * n, g, limit, swizzle, ue8m0)
+        for g in GROUP_SIZES
+        for n in COMPACT_GROUPS
+        for limit in (None, 1.0)
+        for swizzle in (False, True)
+        for ue8m0 in (False, True)
+    ]
     start = time.time()
     with mp.get_context("spawn").Pool(workers) as pool:
         pool.map(_warm, [keys[i::workers] for i in range(workers)])
@@ -112,8 +119,10 @@ def compile_host(directory: Path, seed: int, examples: int, workers: int) -> int
 
     todo_dsv4 = [s for s in dsv4 if not built(jit.dsv4_source(s)[0])]
     todo_ptgq = [s for s in ptgq if not built(jit.ptgq_source(s)[0])]
-    sys.stdout.write(f"{len(dsv4)} DSV4 and {len(ptgq)} per_token_group_quant combinations; "
-                     f"compiling {len(todo_dsv4) + len(todo_ptgq)}\n")
+    sys.stdout.write(
+        f"{len(dsv4)} DSV4 and {len(ptgq)} per_token_group_quant combinations; "
+        f"compiling {len(todo_dsv4) + len(todo_ptgq)}\n"
+    )
     sys.stdout.flush()
     for lib in jit.compile_only(todo_dsv4, todo_ptgq, workers=workers):
         sys.stdout.write(lib + "\n")
@@ -126,12 +135,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     parser.add_argument("--examples", type=int, default=10_000, help="cases per plugin, over all shards")
     parser.add_argument("--out", type=Path, help="merged summary (JSON)")
-    parser.add_argument("--compile-host", type=Path, metavar="DIR",
-                        help="only compile the SGLang kernels the run asks for into DIR (e.g. .device/sgl_prebuilt)")
+    parser.add_argument(
+        "--compile-host",
+        type=Path,
+        metavar="DIR",
+        help="only compile the SGLang kernels the run asks for into DIR (e.g. .device/sgl_prebuilt)",
+    )
     parser.add_argument("--workers", type=int, default=2, help="parallel compilers for --compile-host")
     parser.add_argument("--test-file", type=Path, default=HERE / "test_fuzz_cuda.py", help=argparse.SUPPRESS)
-    parser.add_argument("--no-prewarm", dest="prewarm", action="store_false",
-                        help="skip compiling the compact profile's kernels up front")
+    parser.add_argument(
+        "--no-prewarm",
+        dest="prewarm",
+        action="store_false",
+        help="skip compiling the compact profile's kernels up front",
+    )
     args = parser.parse_args(argv)
     if args.shards < 1:
         parser.error(f"--shards={args.shards}: must be >= 1")
@@ -151,11 +168,26 @@ def main(argv: list[str] | None = None) -> int:
         log = args.out.with_name(f"{args.out.stem}.shard{k}.log")
         # one CPU thread per shard: the fp64 comparison of 14 shards x all cores thrashed (0.6 s per case)
         threads = {k: os.environ.get(k, "1") for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-        env = dict(os.environ, **threads, MOE_FUZZ_PROFILE="long", MOE_FUZZ_SEED=str(args.seed),
-                   MOE_FUZZ_EXAMPLES=str(args.examples), MOE_FUZZ_SHARD=f"{k}/{args.shards}",
-                   MOE_FUZZ_SUMMARY=str(summary))
-        cmd = [sys.executable, "-m", "pytest", "-q", str(args.test_file), "-p", "no:cacheprovider",
-               "-k", "fuzz_silu_mul_quant"]
+        env = dict(
+            os.environ,
+            **threads,
+            MOE_FUZZ_PROFILE="long",
+            MOE_FUZZ_SEED=str(args.seed),
+            MOE_FUZZ_EXAMPLES=str(args.examples),
+            MOE_FUZZ_SHARD=f"{k}/{args.shards}",
+            MOE_FUZZ_SUMMARY=str(summary),
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            str(args.test_file),
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "fuzz_silu_mul_quant",
+        ]
         handle = open(log, "w")
         # own session: a `timeout` that signals our process group reaches the shards only through stop()
         proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -196,10 +228,19 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(k)
             sys.stdout.write(f"--- shard {k} failed (rc {rc}); its log:\n{log.read_text()[-6000:]}\n")
 
-    merged = {"profile": "long", "seed": args.seed, "examples_per_plugin": args.examples, "shards": shards,
-              "prewarm_seconds": round(warm_s, 1), "wall_seconds": round(time.time() - start, 1), "counts": dict(sorted(counts.items())),
-              "worst": worst, "failed_shards": failed, "interrupted": bool(interrupted),
-              "complete": not failed and not interrupted}
+    merged = {
+        "profile": "long",
+        "seed": args.seed,
+        "examples_per_plugin": args.examples,
+        "shards": shards,
+        "prewarm_seconds": round(warm_s, 1),
+        "wall_seconds": round(time.time() - start, 1),
+        "counts": dict(sorted(counts.items())),
+        "worst": worst,
+        "failed_shards": failed,
+        "interrupted": bool(interrupted),
+        "complete": not failed and not interrupted,
+    }
     args.out.write_text(json.dumps(merged, indent=2) + "\n")
     sys.stdout.write(json.dumps(merged, indent=2) + "\n")
     return 1 if failed or interrupted else 0

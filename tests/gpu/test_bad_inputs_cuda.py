@@ -70,7 +70,11 @@ def assert_same(result, want, masked, n, *, exact=True):
     else:  # fast exp/division: one fp8 step at most
         assert ((got_q[finite] - want_q[finite]).abs() <= want_q[finite].abs() * 2.0**-3 + 2.0**-9).all()
     got_s, want_s = result.scale.cpu()[real], want.scale.cpu()[real]
-    assert torch.equal(got_s.view(torch.int32), want_s.view(torch.int32)) if exact else torch.allclose(got_s.float(), want_s.float(), rtol=2.0**-7)
+    assert (
+        torch.equal(got_s.view(torch.int32), want_s.view(torch.int32))
+        if exact
+        else torch.allclose(got_s.float(), want_s.float(), rtol=2.0**-7)
+    )
 
 
 def gateup_for(e, n, d, seed=0):
@@ -130,7 +134,9 @@ def test_huge_finite_input_never_gives_nan(plugin):
 
 
 @pytest.mark.parametrize("plugin", PLUGINS, ids=ids)
-@pytest.mark.parametrize("e, n, masked", [(0, 8, []), (4, 0, [0, 3, 0, 1]), (4, 8, [0, 0, 0, 0])], ids=["E0", "N0", "all-empty"])
+@pytest.mark.parametrize(
+    "e, n, masked", [(0, 8, []), (4, 0, [0, 3, 0, 1]), (4, 8, [0, 0, 0, 0])], ids=["E0", "N0", "all-empty"]
+)
 def test_empty_calls(plugin, e, n, masked):
     gateup = gateup_for(e, n, 512)
     m = torch.tensor(masked, dtype=torch.int32, device=CUDA)

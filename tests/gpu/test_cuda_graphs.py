@@ -77,7 +77,9 @@ def same_real_rows(a: smq.SiluMulQuantOutputs, b: smq.SiluMulQuantOutputs, maske
     real = smq.real_rows(masked.cpu(), n)
     a_out, b_out = a.out.cpu().view(torch.uint8), b.out.cpu().view(torch.uint8)
     a_s, b_s = a.scale.cpu(), b.scale.cpu()
-    return torch.equal(a_out[real], b_out[real]) and torch.equal(a_s[real].view(torch.int32), b_s[real].view(torch.int32))
+    return torch.equal(a_out[real], b_out[real]) and torch.equal(
+        a_s[real].view(torch.int32), b_s[real].view(torch.int32)
+    )
 
 
 def warm_up(selector: Selector, inputs, shape, config, times: int = 2):
@@ -90,12 +92,22 @@ def warm_up(selector: Selector, inputs, shape, config, times: int = 2):
     torch.cuda.synchronize()
 
 
-def capture_and_check(selector: Selector, e: int, n: int, d: int, *, limit=None, swizzle=False, layout="column_major",
-                      expect: str = "triton") -> None:
+def capture_and_check(
+    selector: Selector,
+    e: int,
+    n: int,
+    d: int,
+    *,
+    limit=None,
+    swizzle=False,
+    layout="column_major",
+    expect: str = "triton",
+) -> None:
     static_x = data(e, n, d, seed=1)
     static_m = torch.full((e,), n, dtype=torch.int32, device=DEVICE)
-    shape, config = smq.describe(static_x, static_m, group_size=128, topk=2, swiglu_limit=limit, swizzle=swizzle,
-                                 scale_layout=layout)
+    shape, config = smq.describe(
+        static_x, static_m, group_size=128, topk=2, swiglu_limit=limit, swizzle=swizzle, scale_layout=layout
+    )
     inputs = smq.SiluMulQuantInputs(static_x, static_m)
     warm_up(selector, inputs, shape, config)
     assert selector.explain(OP, shape, config).chosen.name == expect
@@ -238,7 +250,9 @@ def test_sglang_hooked_function_captures():
     for _ in range(2):
         hooked(static_x, static_m, 128, 2, swiglu_limit=10.0)
     torch.cuda.synchronize()
-    shape, config = smq.describe(static_x, static_m, group_size=128, topk=2, swiglu_limit=10.0, scale_layout="row_major")
+    shape, config = smq.describe(
+        static_x, static_m, group_size=128, topk=2, swiglu_limit=10.0, scale_layout="row_major"
+    )
     assert api.get_selector().explain(OP, shape, config).chosen.name == "triton"
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -251,4 +265,6 @@ def test_sglang_hooked_function_captures():
         graph.replay()
         eager_out, eager_scale = hooked(x.clone(), m.clone(), 128, 2, swiglu_limit=10.0)
         torch.cuda.synchronize()
-        assert same_real_rows(smq.SiluMulQuantOutputs(out, scale), smq.SiluMulQuantOutputs(eager_out, eager_scale), m, n)
+        assert same_real_rows(
+            smq.SiluMulQuantOutputs(out, scale), smq.SiluMulQuantOutputs(eager_out, eager_scale), m, n
+        )

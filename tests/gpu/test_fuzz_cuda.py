@@ -90,8 +90,11 @@ def _cuda_plugins():
     here = local_platform()
     registry = Registry.discover(UserConfig(), builtin_entry_points())
     with host_kernels():
-        return [r.plugin for r in registry.records(smq.OP)
-                if getattr(r.plugin, "available", None) is None or r.plugin.available(here)]
+        return [
+            r.plugin
+            for r in registry.records(smq.OP)
+            if getattr(r.plugin, "available", None) is None or r.plugin.available(here)
+        ]
 
 
 CUDA_PLUGINS = _cuda_plugins()
@@ -106,9 +109,20 @@ def _write_summary() -> None:
     path = os.environ.get("MOE_FUZZ_SUMMARY")
     if path:
         with open(path, "w") as handle:
-            json.dump({"profile": PROFILE, "seed": SEED, "shard": f"{SHARD_INDEX}/{SHARD_COUNT}", "compact": COMPACT,
-                       "device": torch.cuda.get_device_name(), "seconds": round(time.time() - _START, 1),
-                       "counts": dict(sorted(STATS.items())), "worst": WORST}, handle, indent=2)
+            json.dump(
+                {
+                    "profile": PROFILE,
+                    "seed": SEED,
+                    "shard": f"{SHARD_INDEX}/{SHARD_COUNT}",
+                    "compact": COMPACT,
+                    "device": torch.cuda.get_device_name(),
+                    "seconds": round(time.time() - _START, 1),
+                    "counts": dict(sorted(STATS.items())),
+                    "worst": WORST,
+                },
+                handle,
+                indent=2,
+            )
 
 
 @pytest.fixture(scope="module", autouse=True)

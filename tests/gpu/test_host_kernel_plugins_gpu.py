@@ -52,7 +52,9 @@ def _cases():
                         key = (e, n, d, model.topk, limit, layout)
                         if key not in seen:
                             seen.add(key)
-                            yield pytest.param(key, id=f"{model.short_name}-EP{ep}-N{n}-{'lim' if limit else 'silu'}-{layout}")
+                            yield pytest.param(
+                                key, id=f"{model.short_name}-EP{ep}-N{n}-{'lim' if limit else 'silu'}-{layout}"
+                            )
 
 
 def _run(plugin, key, seed, within_budget=True):
@@ -122,8 +124,9 @@ def test_jit_ep_matches_reference(host_kernels, key):
 def test_jit_ep_writes_rows_beyond_n_times_topk(host_kernels, e, n, topk, layout):
     """sum(masked_m) > N * topk (outside the host's guarantee; found by the GPU fuzz): SGLang's kernel
     caps its rows at N * topk, so the plugin passes topk >= E and every real row is still written."""
-    outputs, ref, real, shape, config = _run(JitEpPlugin(), (e, n, 2048, topk, None, layout), seed=e + n,
-                                             within_budget=False)
+    outputs, ref, real, shape, config = _run(
+        JitEpPlugin(), (e, n, 2048, topk, None, layout), seed=e + n, within_budget=False
+    )
     assert int(real.sum()) == e * n > n * topk
     _assert_jit_ep_matches(outputs, ref, real, shape, config)
 

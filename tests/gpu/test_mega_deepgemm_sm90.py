@@ -73,7 +73,9 @@ def _check(case, y: torch.Tensor) -> None:
     assert res.calc_diff < DEEPGEMM_CALC_DIFF_TOL, f"{case.label}: {res.text()} (DeepGEMM's own calc_diff bound)"
 
 
-CATALOG_RUNS = [(SMALL, 1), (SMALL, 7), (SMALL, MAX_TOKENS)] + [(name, t) for name in SHAPES if name != SMALL for t in (1, MAX_TOKENS)]
+CATALOG_RUNS = [(SMALL, 1), (SMALL, 7), (SMALL, MAX_TOKENS)] + [
+    (name, t) for name in SHAPES if name != SMALL for t in (1, MAX_TOKENS)
+]
 
 
 @pytest.mark.parametrize("name,tokens", CATALOG_RUNS)
@@ -136,7 +138,9 @@ def test_cuda_graph_replay_equals_eager(group, pre_dispatch: str, tokens: int) -
     case = _case(group, tokens=tokens, seed=41 + tokens)
     plugin = sm90_plugin(pre_dispatch)
     out = poisoned_outputs(case)
-    static = with_tokens(case, case.inputs.hidden_states.clone(), case.inputs.topk_ids.clone(), case.inputs.topk_weights.clone())
+    static = with_tokens(
+        case, case.inputs.hidden_states.clone(), case.inputs.topk_ids.clone(), case.inputs.topk_weights.clone()
+    )
     plugin.run(static.inputs, out, static.shape, static.config)  # warm up: JIT build, buffer
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -154,7 +158,10 @@ def test_cuda_graph_replay_equals_eager(group, pre_dispatch: str, tokens: int) -
         out.y.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        eager = run_plugin(with_tokens(case, fresh.inputs.hidden_states, fresh.inputs.topk_ids, fresh.inputs.topk_weights), pre_dispatch)
+        eager = run_plugin(
+            with_tokens(case, fresh.inputs.hidden_states, fresh.inputs.topk_ids, fresh.inputs.topk_weights),
+            pre_dispatch,
+        )
         assert torch.equal(out.y[:tokens], eager), f"replay with seed {seed} differs from eager"
 
 
@@ -182,9 +189,12 @@ def _install_parallel_state(group, monkeypatch) -> None:
 def _experts(case):
     """The attributes SGLang's experts module has after ``build_sm90_mega_moe_experts_weights``."""
     return types.SimpleNamespace(
-        num_experts=case.shape.num_experts, moe_ep_size=1,
-        mega_l1_weights=case.inputs.l1_weights, mega_l2_weights=case.inputs.l2_weights,
-        _mega_moe_sm90_fp8_weights=True, _mega_moe_weights_built=True,
+        num_experts=case.shape.num_experts,
+        moe_ep_size=1,
+        mega_l1_weights=case.inputs.l1_weights,
+        mega_l2_weights=case.inputs.l2_weights,
+        _mega_moe_sm90_fp8_weights=True,
+        _mega_moe_weights_built=True,
     )
 
 
@@ -202,10 +212,21 @@ def test_sglang_hook(group, monkeypatch, style: str, tokens: int) -> None:
     experts = _experts(case)
     x = case.inputs.hidden_states
     ids, weights = (case.inputs.topk_ids, case.inputs.topk_weights) if tokens else (None, None)
-    kwargs = dict(hidden_size=case.shape.hidden, intermediate_size=case.shape.intermediate, top_k=case.shape.top_k, num_tokens=tokens)
+    kwargs = dict(
+        hidden_size=case.shape.hidden,
+        intermediate_size=case.shape.intermediate,
+        top_k=case.shape.top_k,
+        num_tokens=tokens,
+    )
     if style == "deepseek":  # sglang/srt/layers/moe/mega_moe.py's forward: every keyword
-        kwargs.update(activation_clamp=clamp, routed_scaling_factor=rsf, num_shared_experts=0,
-                      shared_l1_weights=None, shared_l2_weights=None, routing_in_buffer=False)
+        kwargs.update(
+            activation_clamp=clamp,
+            routed_scaling_factor=rsf,
+            num_shared_experts=0,
+            shared_l1_weights=None,
+            shared_l2_weights=None,
+            routing_in_buffer=False,
+        )
     calls = []
 
     def original(experts_, hidden_states, topk_ids, topk_weights, **kw):  # SGLang's SM90 sequence

@@ -43,7 +43,12 @@ def _buffers(variant: str, rows: int, hidden: int, top_k: int):
         sf = torch.full((rows, hidden // 128), float("nan"), device="cuda")
     else:
         sf = torch.full((rows, hidden // 128), 0x5A5A5A5A, dtype=torch.int32, device="cuda")
-    return x, sf, torch.full((rows, top_k), 77, dtype=torch.int64, device="cuda"), torch.full((rows, top_k), float("nan"), device="cuda")
+    return (
+        x,
+        sf,
+        torch.full((rows, top_k), 77, dtype=torch.int64, device="cuda"),
+        torch.full((rows, top_k), float("nan"), device="cuda"),
+    )
 
 
 def _shared_sf(tokens: int, hidden: int, block_m: int) -> torch.Tensor:
@@ -77,8 +82,16 @@ def test_triton_pre_dispatch_bit_exact(variant: str, tokens: int, hidden: int, t
         assert _same(a, b), f"{variant} T={tokens} H={hidden}: {name} differs"
 
 
-@pytest.mark.parametrize("tiling", [PreDispatchTiling(1, 256, 4), PreDispatchTiling(16, 512, 8), PreDispatchTiling(2, 2048, 8, evict_first=True),
-                                    PreDispatchTiling(1, 8192, 16), PreDispatchTiling(4, 1024, 8)])
+@pytest.mark.parametrize(
+    "tiling",
+    [
+        PreDispatchTiling(1, 256, 4),
+        PreDispatchTiling(16, 512, 8),
+        PreDispatchTiling(2, 2048, 8, evict_first=True),
+        PreDispatchTiling(1, 8192, 16),
+        PreDispatchTiling(4, 1024, 8),
+    ],
+)
 def test_tilings_agree(tiling: PreDispatchTiling) -> None:
     x = _activations(129, 7168, seed=7)
     ids = torch.randint(0, 384, (129, 6), device="cuda", dtype=torch.int32)
@@ -101,8 +114,10 @@ def test_shared_expert_scales(tokens: int, block_m: int) -> None:
     nm.pre_dispatch_reference(x, ids, weights, *want, variant="fp8xfp4", shared_x_sf=want_sf, shared_block_m=block_m)
     pre_dispatch(x, ids, weights, *got, variant="fp8xfp4", shared_x_sf=got_sf, shared_block_m=block_m)
     assert all(_same(a, b) for a, b in zip(want, got))
-    assert torch.equal(want_sf.as_strided((want_sf.untyped_storage().nbytes() // 4,), (1,)),
-                       got_sf.as_strided((got_sf.untyped_storage().nbytes() // 4,), (1,)))
+    assert torch.equal(
+        want_sf.as_strided((want_sf.untyped_storage().nbytes() // 4,), (1,)),
+        got_sf.as_strided((got_sf.untyped_storage().nbytes() // 4,), (1,)),
+    )
 
 
 def test_zero_tokens_only_pads() -> None:

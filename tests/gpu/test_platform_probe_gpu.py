@@ -59,12 +59,14 @@ def test_the_nvml_probe_equals_torchs_answer():
 
 def test_list_reports_the_gpu_without_torch():
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")} | {"SGLANG_MOE_PLUGINS_ALLOW": ""}
-    code = ("import json, sys, io, contextlib\n"
-            "from sglang_moe_plugins.cli import main\n"
-            "out = io.StringIO()\n"
-            "with contextlib.redirect_stdout(out):\n"
-            "    main(['list', '--json'])\n"
-            "print(json.loads(out.getvalue())['platform'], 'torch' in sys.modules)")
+    code = (
+        "import json, sys, io, contextlib\n"
+        "from sglang_moe_plugins.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    main(['list', '--json'])\n"
+        "print(json.loads(out.getvalue())['platform'], 'torch' in sys.modules)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     *platform, imported = result.stdout.split()

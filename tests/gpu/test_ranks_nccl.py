@@ -30,7 +30,9 @@ pytestmark = pytest.mark.gpu
 def test_same_plugin_on_every_rank_nccl(tmp_path, monkeypatch):
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([repo, os.path.join(repo, "tests"), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([repo, os.path.join(repo, "tests"), os.environ.get("PYTHONPATH", "")])
+    )
     no_sglang = importlib.util.find_spec("sglang") is None
     results = launch_ranks(2, tmp_path, backend="nccl", no_sglang=no_sglang, timeout=600)
     assert all(r["device"] == f"cuda:{r['rank']}" for r in results)

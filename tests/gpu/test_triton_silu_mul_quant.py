@@ -265,8 +265,11 @@ def test_non_finite_policy(layout, limit):
     fin = ~nan_a
     mag_a, mag_b = qa[fin] & 0x7F, qb[fin] & 0x7F
     same = qa[fin] == qb[fin]
-    assert bool((same | ((((qa[fin] ^ qb[fin]) & 0x80) == 0) & ((mag_a - mag_b).abs() <= 1))
-                 | ((mag_a == 0) & (mag_b == 0))).all())
+    assert bool(
+        (
+            same | ((((qa[fin] ^ qb[fin]) & 0x80) == 0) & ((mag_a - mag_b).abs() <= 1)) | ((mag_a == 0) & (mag_b == 0))
+        ).all()
+    )
     assert float(same.float().mean()) >= 0.999
     sa, sb = ref.scale[mask], got.scale[mask]
     if config.scale_ue8m0:
@@ -310,10 +313,17 @@ def _bytes(outputs):
 
 
 def _jit_launch(x, m, outputs, shape, config):
-    K.launch(x, m, outputs.out, outputs.scale, group_size=shape.group_size,
-             swiglu_limit=None if config.swiglu_limit is None else round_to_bf16(config.swiglu_limit),
-             swizzle=config.swizzle, ue8m0=config.scale_ue8m0,
-             config=choose_config(shape.num_experts, shape.max_rows, shape.hidden, shape.group_size, shape.topk))
+    K.launch(
+        x,
+        m,
+        outputs.out,
+        outputs.scale,
+        group_size=shape.group_size,
+        swiglu_limit=None if config.swiglu_limit is None else round_to_bf16(config.swiglu_limit),
+        swizzle=config.swizzle,
+        ue8m0=config.scale_ue8m0,
+        config=choose_config(shape.num_experts, shape.max_rows, shape.hidden, shape.group_size, shape.topk),
+    )
 
 
 @pytest.mark.parametrize("E, N, D, gs, layout, limit, swizzle", PREPARED_CASES)
@@ -395,7 +405,9 @@ def test_prepared_launch_under_cuda_graph_follows_new_routing(layout):
         torch.cuda.synchronize()
         mask = real_rows(m, N)
         assert torch.equal(got.out.view(torch.uint8)[mask], want.out.view(torch.uint8)[mask])
-        assert torch.equal(got.scale[mask].contiguous().view(torch.uint8), want.scale[mask].contiguous().view(torch.uint8))
+        assert torch.equal(
+            got.scale[mask].contiguous().view(torch.uint8), want.scale[mask].contiguous().view(torch.uint8)
+        )
 
 
 def test_no_recompilation_across_token_counts_and_occupancy_once(monkeypatch):
@@ -418,8 +430,9 @@ def test_no_recompilation_across_token_counts_and_occupancy_once(monkeypatch):
         if caches is not None and isinstance(caches.get(device), tuple) and isinstance(caches[device][0], dict):
             sizes.append(len(caches[device][0]))
     # N = 1 ... 100: decode regime (8 N <= 2048 rows); N = 1000, 4096: prefill
-    assert sizes and sizes[:4] == [sizes[0]] * 4 and sizes[4:] == [sizes[0] + 1] * 2, \
+    assert sizes and sizes[:4] == [sizes[0]] * 4 and sizes[4:] == [sizes[0] + 1] * 2, (
         f"the JIT cache grew within a regime: {sizes}"
+    )
     records = K.occupancy_records()
     assert len(records) == 2, list(records)
     assert all(regs > 0 and resident >= 1 for regs, _shared, resident in records.values())

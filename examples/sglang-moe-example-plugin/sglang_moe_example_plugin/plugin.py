@@ -74,7 +74,9 @@ class ExampleTorchPlugin(Plugin):
         as a field; plain ValueError keeps the example importable with sglang-moe-plugins 0.3.0.)"""
         chunk = options["chunk_experts"]
         if chunk < 0:
-            raise ValueError(f"chunk_experts={chunk!r}; allowed: 0 (all experts at once) or an int >= 1 (experts per chunk)")
+            raise ValueError(
+                f"chunk_experts={chunk!r}; allowed: 0 (all experts at once) or an int >= 1 (experts per chunk)"
+            )
 
     def available(self, platform: Platform) -> Support:
         return Support.yes(f"pure torch: runs on CPU and CUDA (here {platform.describe()})")
@@ -89,18 +91,27 @@ class ExampleTorchPlugin(Plugin):
             return Support.no(f"runs on CPU and CUDA, not on {config.platform.describe()}")
         return Support.yes(f"vectorised torch, group {_GROUP_SIZE}, scales {config.scale_layout}")
 
-    def prepare(self, shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]:
+    def prepare(
+        self, shape: SiluMulQuantShape, config: SiluMulQuantConfig
+    ) -> Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]:
         """Optional: the launch for one shape key, worked out once (here the expert chunks from the
         ``chunk_experts`` option). Called once per key before its first call, possibly again (it must not
         mind); it sees only the shape and config, never a tensor. Without ``prepare`` the host calls
         ``run`` on every call, which works too."""
         return self._launch(shape, config)
 
-    def run(self, inputs: SiluMulQuantInputs, outputs: SiluMulQuantOutputs, shape: SiluMulQuantShape,
-            config: SiluMulQuantConfig) -> None:
+    def run(
+        self,
+        inputs: SiluMulQuantInputs,
+        outputs: SiluMulQuantOutputs,
+        shape: SiluMulQuantShape,
+        config: SiluMulQuantConfig,
+    ) -> None:
         self._launch(shape, config)(inputs, outputs)
 
-    def _launch(self, shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]:
+    def _launch(
+        self, shape: SiluMulQuantShape, config: SiluMulQuantConfig
+    ) -> Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]:
         e = shape.num_experts
         if e == 0 or shape.max_rows == 0:
             return _nothing
@@ -114,8 +125,15 @@ class ExampleTorchPlugin(Plugin):
 
         return launch
 
-    def _run_experts(self, gateup: torch.Tensor, outputs: SiluMulQuantOutputs, start: int, stop: int,
-                     shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> None:
+    def _run_experts(
+        self,
+        gateup: torch.Tensor,
+        outputs: SiluMulQuantOutputs,
+        start: int,
+        stop: int,
+        shape: SiluMulQuantShape,
+        config: SiluMulQuantConfig,
+    ) -> None:
         e, n, d, groups = stop - start, shape.max_rows, shape.hidden, shape.num_groups
         gate, up = gateup[..., :d], gateup[..., d:]
         if config.swiglu_limit is not None:

@@ -39,7 +39,11 @@ def test_registered_through_the_entry_point():
         (smq.SiluMulQuantShape(4, 8, 512, 128, 2), smq.SiluMulQuantConfig(), True),
         (smq.SiluMulQuantShape(4, 8, 512, 64, 2), smq.SiluMulQuantConfig(), False),
         (smq.SiluMulQuantShape(4, 8, 512, 128, 2), smq.SiluMulQuantConfig(swizzle=True), False),
-        (smq.SiluMulQuantShape(4, 8, 512, 128, 2), smq.SiluMulQuantConfig(Platform.cuda(9, 0), swiglu_limit=10.0), True),
+        (
+            smq.SiluMulQuantShape(4, 8, 512, 128, 2),
+            smq.SiluMulQuantConfig(Platform.cuda(9, 0), swiglu_limit=10.0),
+            True,
+        ),
     ],
 )
 def test_supports_answers_with_a_reason(shape, config, ok):

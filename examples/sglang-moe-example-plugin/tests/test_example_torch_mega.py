@@ -30,8 +30,18 @@ def test_conformance_suite():
 
 @pytest.mark.parametrize("variant, shared", [("fp8xfp4", True), ("mxf4xmxf4", False)])
 def test_matches_the_reference_exactly(variant, shared):
-    p = make_problem(variant, seed=4, tokens=9, experts=4, hidden=256, inter=512 if variant == "mxf4xmxf4" else 128,
-                     top_k=3, clamp=7.0, rsf=1.5, shared=shared)
+    p = make_problem(
+        variant,
+        seed=4,
+        tokens=9,
+        experts=4,
+        hidden=256,
+        inter=512 if variant == "mxf4xmxf4" else 128,
+        top_k=3,
+        clamp=7.0,
+        rsf=1.5,
+        shared=shared,
+    )
     got = mm.allocate_outputs(p.shape, p.config, torch.device("cpu"), num_tokens=9)
     got.y.fill_(float("nan"))
     ExampleTorchMegaPlugin().run(p.inputs, got, p.shape, p.config)

@@ -238,8 +238,11 @@ def describe(
         # SM100 kernels clamp against bf16(limit): a positive limit below bf16's smallest normal rounds
         # to 0 there, unlike the SM90 kernel (fp32); such a limit is rejected rather than variant-dependent.
         if clamp is None or clamp < 0 or 0 < clamp < BF16_MIN_NORMAL:
-            raise _bad("activation_clamp", activation_clamp,
-                       "None, 0 or a finite number >= 2**-126 (bf16's smallest normal) that fits a float")
+            raise _bad(
+                "activation_clamp",
+                activation_clamp,
+                "None, 0 or a finite number >= 2**-126 (bf16's smallest normal) that fits a float",
+            )
         activation_clamp = clamp
     rsf = finite_float(routed_scaling_factor)
     if rsf is None:
@@ -256,7 +259,11 @@ def describe(
         raise _bad("hidden_states.stride()", tuple(hidden_states.stride()), "unit stride along hidden")
     num_tokens = int(hidden_states.shape[0])
     if num_tokens > cap:
-        raise _bad("hidden_states.shape[0]", num_tokens, f"<= max_tokens_per_rank={cap} (SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK)")
+        raise _bad(
+            "hidden_states.shape[0]",
+            num_tokens,
+            f"<= max_tokens_per_rank={cap} (SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK)",
+        )
     device = hidden_states.device
     if num_tokens or topk_ids is not None or topk_weights is not None:
         for name, tensor, kinds in (
@@ -278,15 +285,26 @@ def describe(
     l2 = _check_pair("l2_weights", l2_weights)
     fmt = weight_format_of(l1)
     if fmt is None:
-        raise _bad("l1_weights dtypes", (l1[0].dtype, l1[1].dtype), "(int8|uint8, int32) FP4 or (float8_e4m3fn, float32) FP8")
+        raise _bad(
+            "l1_weights dtypes", (l1[0].dtype, l1[1].dtype), "(int8|uint8, int32) FP4 or (float8_e4m3fn, float32) FP8"
+        )
     if weight_format_of(l2) != fmt:
         raise _bad("l2_weights dtypes", (l2[0].dtype, l2[1].dtype), f"the format of l1_weights ({fmt})")
     if fmt == "fp4_e2m1_ue8m0_g32" and (hidden % 32 or inter % 32):
         raise _bad("hidden_size/intermediate_size", (hidden, inter), "multiples of 32 for FP4 weights")
     expected = _expected_weight_shapes(fmt, num_experts // ep_size, hidden, inter)
-    for name, tensor in (("l1_weights[0]", l1[0]), ("l1_weights[1]", l1[1]), ("l2_weights[0]", l2[0]), ("l2_weights[1]", l2[1])):
+    for name, tensor in (
+        ("l1_weights[0]", l1[0]),
+        ("l1_weights[1]", l1[1]),
+        ("l2_weights[0]", l2[0]),
+        ("l2_weights[1]", l2[1]),
+    ):
         if tuple(tensor.shape) != expected[name]:
-            raise _bad(f"{name}.shape", tuple(tensor.shape), f"{expected[name]} for {fmt} weights of {num_experts // ep_size} local experts")
+            raise _bad(
+                f"{name}.shape",
+                tuple(tensor.shape),
+                f"{expected[name]} for {fmt} weights of {num_experts // ep_size} local experts",
+            )
         if tensor.device != device:
             raise _bad(f"{name}.device", tensor.device, f"the device of hidden_states ({device})")
 
@@ -303,7 +321,11 @@ def describe(
             ("shared_l2_weights", s2, (hidden, width)),
         ):
             if data.dtype != torch.float8_e4m3fn or scales.dtype != torch.int32:
-                raise _bad(f"{name} dtypes", (data.dtype, scales.dtype), "(float8_e4m3fn, int32) as transform_weights_for_mega_moe returns")
+                raise _bad(
+                    f"{name} dtypes",
+                    (data.dtype, scales.dtype),
+                    "(float8_e4m3fn, int32) as transform_weights_for_mega_moe returns",
+                )
             if tuple(data.shape) != want:
                 raise _bad(f"{name}[0].shape", tuple(data.shape), f"{want}")
     elif num_shared:
@@ -329,33 +351,55 @@ def allocate_outputs(
     The row count depends on the batch, not on the shape: ``num_tokens`` is required.
     """
     if num_tokens is None or isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
-        raise _bad("num_tokens", num_tokens, "the batch's token count (int >= 0); pass outputs=MegaCall.allocate_outputs() to dispatch")
+        raise _bad(
+            "num_tokens",
+            num_tokens,
+            "the batch's token count (int >= 0); pass outputs=MegaCall.allocate_outputs() to dispatch",
+        )
     return MegaMoEOutputs(torch.empty((max(num_tokens, 1), shape.hidden), dtype=torch.bfloat16, device=device))
 
 
-def validate_outputs(outputs: MegaMoEOutputs, shape: MegaMoEShape, config: MegaMoEConfig, plugin: str | None = None,
-                     inputs: MegaMoEInputs | None = None) -> None:
+def validate_outputs(
+    outputs: MegaMoEOutputs,
+    shape: MegaMoEShape,
+    config: MegaMoEConfig,
+    plugin: str | None = None,
+    inputs: MegaMoEInputs | None = None,
+) -> None:
     """Check dtype, rank, width and contiguity of ``y`` (metadata only); with the call's ``inputs``,
     also that ``y`` has at least ``max(num_tokens, 1)`` rows (the shape key holds no token count, so
     without ``inputs`` only ``>= 1`` row can be checked)."""
     who = f"plugin {plugin!r}" if plugin else OP
     if not isinstance(outputs, MegaMoEOutputs):
-        raise OutputValidationError(f"{who} returned outputs of type {type(outputs).__name__}, the host requires MegaMoEOutputs")
+        raise OutputValidationError(
+            f"{who} returned outputs of type {type(outputs).__name__}, the host requires MegaMoEOutputs"
+        )
     y = outputs.y
     if not isinstance(y, torch.Tensor) or y.dtype != torch.bfloat16:
-        raise OutputValidationError(f"{who} returned y.dtype={getattr(y, 'dtype', type(y).__name__)}, the host requires torch.bfloat16")
+        raise OutputValidationError(
+            f"{who} returned y.dtype={getattr(y, 'dtype', type(y).__name__)}, the host requires torch.bfloat16"
+        )
     if y.dim() != 2 or y.shape[1] != shape.hidden or y.shape[0] < 1:
-        raise OutputValidationError(f"{who} returned y.shape={tuple(y.shape)}, the host requires [max(num_tokens, 1), {shape.hidden}]")
+        raise OutputValidationError(
+            f"{who} returned y.shape={tuple(y.shape)}, the host requires [max(num_tokens, 1), {shape.hidden}]"
+        )
     if inputs is not None:
         num_tokens = inputs.num_tokens
         if y.shape[0] < max(num_tokens, 1):
             raise OutputValidationError(
                 f"{who} returned y.shape={tuple(y.shape)} for a call of {num_tokens} tokens, the host requires "
-                f"[max(num_tokens, 1), {shape.hidden}] = [{max(num_tokens, 1)}, {shape.hidden}]")
+                f"[max(num_tokens, 1), {shape.hidden}] = [{max(num_tokens, 1)}, {shape.hidden}]"
+            )
     if not y.is_contiguous():
         raise OutputValidationError(f"{who} returned y.stride()={tuple(y.stride())}, the host requires contiguous")
 
 
-SPEC = OpSpec(name=OP, allocate_outputs=allocate_outputs, validate_outputs=validate_outputs, collective=True,
-              shape_type=MegaMoEShape, output_type=MegaMoEOutputs,
-              conformance="sglang_moe_plugins.testing.ops.mega_moe:MegaMoEConformance")
+SPEC = OpSpec(
+    name=OP,
+    allocate_outputs=allocate_outputs,
+    validate_outputs=validate_outputs,
+    collective=True,
+    shape_type=MegaMoEShape,
+    output_type=MegaMoEOutputs,
+    conformance="sglang_moe_plugins.testing.ops.mega_moe:MegaMoEConformance",
+)

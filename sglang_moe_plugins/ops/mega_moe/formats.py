@@ -116,7 +116,9 @@ def quantize_activations(x: torch.Tensor, variant: str) -> tuple[torch.Tensor, t
     return q, (ue8m0_exponent(scale) if fmt.ue8m0 else scale)
 
 
-def _quantize_fp8_groups_ieee(values: torch.Tensor, group_size: int, *, ue8m0: bool, absmax_floor: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _quantize_fp8_groups_ieee(
+    values: torch.Tensor, group_size: int, *, ue8m0: bool, absmax_floor: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`~sglang_moe_plugins.quant.quantize_fp8_groups` with IEEE divisions on every device.
 
     On CUDA torch computes ``tensor / python_scalar`` as a multiplication by the reciprocal; the
@@ -209,7 +211,9 @@ def _write_shared_sf(shared_x_sf: torch.Tensor, exponents: torch.Tensor, shared_
     tokens, groups = exponents.shape
     rows = shared_sf_row(torch.arange(tokens, device=exponents.device), shared_block_m)
     col_stride = shared_x_sf.stride(1)
-    flat = torch.as_strided(shared_x_sf, (shared_x_sf.untyped_storage().nbytes() // 4,), (1,), shared_x_sf.storage_offset())
+    flat = torch.as_strided(
+        shared_x_sf, (shared_x_sf.untyped_storage().nbytes() // 4,), (1,), shared_x_sf.storage_offset()
+    )
     raw = flat.view(torch.uint8)
     g = torch.arange(groups, device=exponents.device)
     offsets = (rows[:, None] + (g // 4)[None, :] * col_stride) * 4 + (g % 4)[None, :]
@@ -333,7 +337,9 @@ def decode_fp4_weights(data: torch.Tensor, sf: torch.Tensor, interleave: Interle
     return values.reshape(e, n, k)
 
 
-def encode_fp8_shared_weights(w: torch.Tensor, interleave: Interleave) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def encode_fp8_shared_weights(
+    w: torch.Tensor, interleave: Interleave
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Shared-expert FP8 weights ``w [N, K]`` with per-row per-32 UE8M0 scales, laid out as
     ``transform_weights_for_mega_moe`` returns them. Returns ``(data [N, K], sf int32 [N, K/128], deq)``."""
     n, k = w.shape
@@ -356,7 +362,9 @@ def decode_fp8_shared_weights(data: torch.Tensor, sf: torch.Tensor, interleave: 
     return (values.reshape(n, k // 32, 32) * scale.unsqueeze(-1)).reshape(n, k)
 
 
-def encode_fp8_block_weights(w: torch.Tensor, interleave: Interleave) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def encode_fp8_block_weights(
+    w: torch.Tensor, interleave: Interleave
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """SM90 FP8 weights: ``w [E, N, K]`` -> e4m3 with one fp32 scale per 128x128 block (absmax/448,
     floor 1e-4, as ``deep_gemm.utils.math.per_block_cast_to_fp8``), data interleaved (``gran8`` for
     L1) and scales left in ``[gate; up]`` block order, as ``build_sm90_mega_moe_experts_weights``."""

@@ -39,8 +39,14 @@ def _requantize(act: torch.Tensor, config: MegaMoEConfig) -> torch.Tensor:
     return (deq * sf.unsqueeze(-1)).reshape(rows, cols)
 
 
-def mega_moe_reference(inputs: MegaMoEInputs, outputs: MegaMoEOutputs, shape: MegaMoEShape, config: MegaMoEConfig,
-                       *, sm90: Sm90Numerics | None = None) -> None:
+def mega_moe_reference(
+    inputs: MegaMoEInputs,
+    outputs: MegaMoEOutputs,
+    shape: MegaMoEShape,
+    config: MegaMoEConfig,
+    *,
+    sm90: Sm90Numerics | None = None,
+) -> None:
     """Emulate the chosen variant end to end; writes ``outputs.y[:T]`` (needs all experts' weights).
 
     Steps: quantize x as the pre-dispatch does; per (token, slot) with a valid expert: L1, SwiGLU
@@ -62,7 +68,9 @@ def mega_moe_reference(inputs: MegaMoEInputs, outputs: MegaMoEOutputs, shape: Me
     if config.routed_scaling_factor != 1.0:
         weights = weights * config.routed_scaling_factor
     if config.variant == "sm90_fp8":
-        numerics = sm90 if sm90 is not None else sm90_numerics_for(num_tokens, shape.ep_size, shape.top_k, shape.num_experts)
+        numerics = (
+            sm90 if sm90 is not None else sm90_numerics_for(num_tokens, shape.ep_size, shape.top_k, shape.num_experts)
+        )
         slots = sm90_reference_slots(inputs, shape, config, weights, numerics)
         acc = torch.zeros((num_tokens, shape.hidden), dtype=torch.float32, device=x.device)
         for slot in range(shape.top_k):

@@ -88,14 +88,18 @@ class Sm90Numerics:
         if self.l2_act_group not in (64, 128):
             raise ValueError(f"l2_act_group must be 64 (the kernel) or 128, got {self.l2_act_group}")
         if self.mma_k not in (8, 16, 32, 64) or not 4 <= self.fraction_bits <= 23:
-            raise ValueError(f"mma_k must divide 64 and fraction_bits lie in [4, 23], got {self.mma_k}, {self.fraction_bits}")
+            raise ValueError(
+                f"mma_k must divide 64 and fraction_bits lie in [4, 23], got {self.mma_k}, {self.fraction_bits}"
+            )
         if self.alignment not in ("sum", "terms"):
             raise ValueError(f"alignment must be sum or terms, got {self.alignment!r}")
 
     def describe(self) -> str:
         text = f"L2 acts per {self.l2_act_group}, {self.accumulation}"
         if self.accumulation != "exact":
-            text += f" (e8m{self.fraction_bits} per {self.mma_k} K" + (", aligned terms)" if self.alignment == "terms" else ")")
+            text += f" (e8m{self.fraction_bits} per {self.mma_k} K" + (
+                ", aligned terms)" if self.alignment == "terms" else ")"
+            )
         return text
 
 
@@ -123,7 +127,9 @@ def sm90_numerics_for(num_tokens: int, num_ranks: int, top_k: int, num_experts: 
     alignment and 13 fraction bits (:data:`SM90_DEFAULT_BITS`), the model that fits the real kernel
     on the H200 (0.23-0.39% relative L2 per case, at most 1.4% per row; docs/mega-moe.md)."""
     reuse = sm90_block_m(num_tokens, num_ranks, top_k, num_experts) == 128
-    return Sm90Numerics(accumulation="reuse" if reuse else "promote", fraction_bits=SM90_DEFAULT_BITS, alignment="terms")
+    return Sm90Numerics(
+        accumulation="reuse" if reuse else "promote", fraction_bits=SM90_DEFAULT_BITS, alignment="terms"
+    )
 
 
 def _pow2(exponent: torch.Tensor) -> torch.Tensor:
@@ -221,11 +227,17 @@ def sm90_l2_quantize(act: torch.Tensor, group: int = 64) -> tuple[torch.Tensor, 
     rows, cols = act.shape
     grouped = act.reshape(rows, cols // group, group)
     scale = grouped.abs().amax(-1).clamp_min(1e-10) * torch.tensor(1.0 / 448.0, dtype=torch.float32, device=act.device)
-    q = (grouped * (torch.ones_like(scale) / scale).unsqueeze(-1)).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+    q = (
+        (grouped * (torch.ones_like(scale) / scale).unsqueeze(-1))
+        .clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX)
+        .to(torch.float8_e4m3fn)
+    )
     return q.float().reshape(rows, cols), scale
 
 
-def _sm90_expert_weights(inputs: MegaMoEInputs, expert: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _sm90_expert_weights(
+    inputs: MegaMoEInputs, expert: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Raw FP8 values (fp32) and per-row block scales of one expert: ``(w1 [2I, H] rows [gate; up],
     s1 [2I, H/128], w2 [H, I], s2 [H, I/128])``."""
     d1, sf1 = inputs.l1_weights
@@ -237,8 +249,15 @@ def _sm90_expert_weights(inputs: MegaMoEInputs, expert: int) -> tuple[torch.Tens
     return w1, sf1[expert].float()[rows1], w2, sf2[expert].float()[rows2]
 
 
-def _sm90_expert_forward(xq: torch.Tensor, xs: torch.Tensor, weight: torch.Tensor, parts: tuple[torch.Tensor, ...],
-                         config: MegaMoEConfig, numerics: Sm90Numerics, ratio_rescale: bool) -> torch.Tensor:
+def _sm90_expert_forward(
+    xq: torch.Tensor,
+    xs: torch.Tensor,
+    weight: torch.Tensor,
+    parts: tuple[torch.Tensor, ...],
+    config: MegaMoEConfig,
+    numerics: Sm90Numerics,
+    ratio_rescale: bool,
+) -> torch.Tensor:
     """One expert's rows through the SM90 kernel's numerics: fp32 ``[rows, H]`` before the bf16 cast."""
     w1, s1, w2, s2 = parts
     h = sm90_block_gemm(xq, xs, w1, s1, block_k=128, numerics=numerics, ratio_rescale=ratio_rescale)
@@ -249,8 +268,9 @@ def _sm90_expert_forward(xq: torch.Tensor, xs: torch.Tensor, weight: torch.Tenso
     return sm90_block_gemm(aq, a_scale, w2, w_scale, block_k=group, numerics=numerics, ratio_rescale=ratio_rescale)
 
 
-def sm90_reference_slots(inputs: MegaMoEInputs, shape: MegaMoEShape, config: MegaMoEConfig, weights: torch.Tensor,
-                         numerics: Sm90Numerics) -> torch.Tensor:
+def sm90_reference_slots(
+    inputs: MegaMoEInputs, shape: MegaMoEShape, config: MegaMoEConfig, weights: torch.Tensor, numerics: Sm90Numerics
+) -> torch.Tensor:
     """bf16-rounded per-slot rows ``[T, top_k, H]`` (fp32) of the SM90 kernel."""
     num_tokens = inputs.num_tokens
     x = inputs.hidden_states

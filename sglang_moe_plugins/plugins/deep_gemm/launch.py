@@ -42,7 +42,9 @@ def _sm_limit(device: torch.device | None = None) -> int:
         reserved = int(os.environ.get(_RESERVED_SMS_ENV, 2))
     except ValueError:
         reserved = 2
-    physical = torch.cuda.get_device_properties(device if device is not None else torch.cuda.current_device()).multi_processor_count
+    physical = torch.cuda.get_device_properties(
+        device if device is not None else torch.cuda.current_device()
+    ).multi_processor_count
     return max(2, physical - max(reserved, 0))
 
 
@@ -74,12 +76,17 @@ def _make_reserve(deep_gemm: Any, host_context: Callable[[Any], Any] | None) -> 
     return reserve
 
 
-def build_launch(variant: Any, api: DeepGemmApi, choice: str, shape: MegaMoEShape, config: MegaMoEConfig, plugin: str) -> Launch:
+def build_launch(
+    variant: Any, api: DeepGemmApi, choice: str, shape: MegaMoEShape, config: MegaMoEConfig, plugin: str
+) -> Launch:
     """The launch closure of ``variant`` (a :class:`~.plugin.Variant`) for one shape and config."""
     deep_gemm = load_deep_gemm()
     host_buffer, host_context = host_helpers(api)
-    if host_buffer is not None and shape.num_shared_experts and \
-            "num_shared_experts" not in getattr(host_buffer, "keywords", HOST_BUFFER_KEYWORDS):
+    if (
+        host_buffer is not None
+        and shape.num_shared_experts
+        and "num_shared_experts" not in getattr(host_buffer, "keywords", HOST_BUFFER_KEYWORDS)
+    ):
         host_buffer = None  # that release's helper makes no shared-expert buffers: deep_gemm's own
     cap, top_k, hidden = shape.max_tokens_per_rank, shape.top_k, shape.hidden
     sm100 = variant.arch == "sm100"
@@ -102,8 +109,13 @@ def build_launch(variant: Any, api: DeepGemmApi, choice: str, shape: MegaMoEShap
         buf = bound.get(key)
         if buf is None:
             if host_buffer is not None:
-                buf = host_buffer(group, *buffer_args, num_shared_experts=shape.num_shared_experts,
-                                  mma_type=variant.mma_type, activation=config.activation)
+                buf = host_buffer(
+                    group,
+                    *buffer_args,
+                    num_shared_experts=shape.num_shared_experts,
+                    mma_type=variant.mma_type,
+                    activation=config.activation,
+                )
             else:
                 full = (*key, *buffer_args, tuple(sorted(buffer_kwargs.items())))
                 with _buffer_lock:
@@ -121,10 +133,16 @@ def build_launch(variant: Any, api: DeepGemmApi, choice: str, shape: MegaMoEShap
         n = max(num_tokens, 1)
         value = block_m.get(n)
         if value is None:
-            value = block_m[n] = int(deep_gemm.get_block_m_for_mega_moe(
-                num_ranks=buf.group.size(), num_experts=buf.num_experts, num_max_tokens_per_rank=buf.num_max_tokens_per_rank,
-                num_tokens=n, num_topk=buf.num_topk, mma_type=variant.mma_type,
-            ))
+            value = block_m[n] = int(
+                deep_gemm.get_block_m_for_mega_moe(
+                    num_ranks=buf.group.size(),
+                    num_experts=buf.num_experts,
+                    num_max_tokens_per_rank=buf.num_max_tokens_per_rank,
+                    num_tokens=n,
+                    num_topk=buf.num_topk,
+                    mma_type=variant.mma_type,
+                )
+            )
         return value
 
     pre_dispatch = _pre_dispatch(variant, api, choice, deep_gemm, config)
@@ -133,24 +151,38 @@ def build_launch(variant: Any, api: DeepGemmApi, choice: str, shape: MegaMoEShap
     # -- the entry point
     kernel = getattr(deep_gemm, variant.kernel)
     if sm100:
-        kernel_kwargs = dict(activation=config.activation, activation_clamp=config.activation_clamp, fast_math=True, recipe=variant.recipe)
+        kernel_kwargs = dict(
+            activation=config.activation,
+            activation_clamp=config.activation_clamp,
+            fast_math=True,
+            recipe=variant.recipe,
+        )
     else:
-        kernel_kwargs = dict(recipe=variant.recipe, activation="swiglu", activation_clamp=config.activation_clamp, fast_math=True)
+        kernel_kwargs = dict(
+            recipe=variant.recipe, activation="swiglu", activation_clamp=config.activation_clamp, fast_math=True
+        )
 
     def launch(inputs: MegaMoEInputs, outputs: MegaMoEOutputs) -> None:
         x = inputs.hidden_states
         num_tokens = x.shape[0]
         if num_tokens > cap:
             raise InvalidArgumentError(
-                OP, "hidden_states.shape[0]", num_tokens,
-                f"<= max_tokens_per_rank={cap} (SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK)", plugin,
+                OP,
+                "hidden_states.shape[0]",
+                num_tokens,
+                f"<= max_tokens_per_rank={cap} (SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK)",
+                plugin,
             )
         y = outputs.y
         if y.shape[0] < max(num_tokens, 1):
-            raise InvalidArgumentError(OP, "outputs.y.shape[0]", y.shape[0], f">= max(num_tokens, 1) = {max(num_tokens, 1)}", plugin)
+            raise InvalidArgumentError(
+                OP, "outputs.y.shape[0]", y.shape[0], f">= max(num_tokens, 1) = {max(num_tokens, 1)}", plugin
+            )
         group = inputs.ep_group
         if group is None:
-            raise KernelNotAvailableError(f"{plugin}: DeepGEMM MegaMoE needs the expert-parallel process group (MegaMoEInputs.ep_group)")
+            raise KernelNotAvailableError(
+                f"{plugin}: DeepGEMM MegaMoE needs the expert-parallel process group (MegaMoEInputs.ep_group)"
+            )
         if num_tokens > 0:
             ids, weights = inputs.topk_ids, inputs.topk_weights
             if not native or ids.dtype not in _NATIVE_IDS:
@@ -168,15 +200,24 @@ def build_launch(variant: Any, api: DeepGemmApi, choice: str, shape: MegaMoEShap
             bm = shared_block_m(buf, num_tokens) if has_shared else 0
             pre_dispatch(x, ids, weights, buf, num_tokens, bm, has_shared)
             if has_shared:
-                kernel(y, inputs.l1_weights, inputs.l2_weights, buf,
-                       shared_l1_weights=inputs.shared_l1_weights, shared_l2_weights=inputs.shared_l2_weights, **kernel_kwargs)
+                kernel(
+                    y,
+                    inputs.l1_weights,
+                    inputs.l2_weights,
+                    buf,
+                    shared_l1_weights=inputs.shared_l1_weights,
+                    shared_l2_weights=inputs.shared_l2_weights,
+                    **kernel_kwargs,
+                )
             else:
                 kernel(y, inputs.l1_weights, inputs.l2_weights, buf, **kernel_kwargs)
 
     return launch
 
 
-def _pre_dispatch(variant: Any, api: DeepGemmApi, choice: str, deep_gemm: Any, config: MegaMoEConfig) -> Callable[..., None]:
+def _pre_dispatch(
+    variant: Any, api: DeepGemmApi, choice: str, deep_gemm: Any, config: MegaMoEConfig
+) -> Callable[..., None]:
     """``pre(x, ids, weights, buf, num_tokens, shared_block_m, shared)`` for the chosen implementation."""
     rsf = config.routed_scaling_factor
     name = variant.variant
@@ -195,11 +236,20 @@ def _pre_dispatch(variant: Any, api: DeepGemmApi, choice: str, deep_gemm: Any, c
             with launchers_lock:
                 entry = launchers.get(key)
                 if entry is None or entry[0] is not buf:
-                    entry = launchers[key] = (buf, prepare_pre_dispatch(
-                        buf.x, buf.x_sf, buf.topk_idx, buf.topk_weights, variant=name, routed_scaling_factor=rsf,
-                        shared_x_sf=buf.shared_l1_acts_sf if shared else None, shared_block_m=block_m if shared else 0,
-                        **ties,
-                    ))
+                    entry = launchers[key] = (
+                        buf,
+                        prepare_pre_dispatch(
+                            buf.x,
+                            buf.x_sf,
+                            buf.topk_idx,
+                            buf.topk_weights,
+                            variant=name,
+                            routed_scaling_factor=rsf,
+                            shared_x_sf=buf.shared_l1_acts_sf if shared else None,
+                            shared_block_m=block_m if shared else 0,
+                            **ties,
+                        ),
+                    )
             return entry[1]
 
         def pre(x, ids, weights, buf, num_tokens, block_m, shared):  # type: ignore[no-untyped-def]
@@ -212,8 +262,19 @@ def _pre_dispatch(variant: Any, api: DeepGemmApi, choice: str, deep_gemm: Any, c
         from ...ops.mega_moe.formats import pre_dispatch_reference as ours  # noqa: PLC0415
 
         def pre(x, ids, weights, buf, num_tokens, block_m, shared):  # type: ignore[no-untyped-def]
-            ours(x, ids, weights, buf.x, buf.x_sf, buf.topk_idx, buf.topk_weights, variant=name, routed_scaling_factor=rsf,
-                 shared_x_sf=buf.shared_l1_acts_sf if shared else None, shared_block_m=block_m)
+            ours(
+                x,
+                ids,
+                weights,
+                buf.x,
+                buf.x_sf,
+                buf.topk_idx,
+                buf.topk_weights,
+                variant=name,
+                routed_scaling_factor=rsf,
+                shared_x_sf=buf.shared_l1_acts_sf if shared else None,
+                shared_block_m=block_m,
+            )
 
         return pre
     if variant.host_pre_dispatch == "sglang":
@@ -222,8 +283,19 @@ def _pre_dispatch(variant: Any, api: DeepGemmApi, choice: str, deep_gemm: Any, c
         def pre(x, ids, weights, buf, num_tokens, block_m, shared):  # type: ignore[no-untyped-def]
             if rsf != 1.0:
                 weights = weights * rsf
-            jit(x, ids, weights, buf.x, buf.x_sf, buf.topk_idx, buf.topk_weights, quant_group_size=variant.group_size,
-                shared_x_sf=buf.shared_l1_acts_sf if shared else None, shared_block_m=block_m, copy_topk=True)
+            jit(
+                x,
+                ids,
+                weights,
+                buf.x,
+                buf.x_sf,
+                buf.topk_idx,
+                buf.topk_weights,
+                quant_group_size=variant.group_size,
+                shared_x_sf=buf.shared_l1_acts_sf if shared else None,
+                shared_block_m=block_m,
+                copy_topk=True,
+            )
 
         return pre
     function = getattr(deep_gemm, variant.host_pre_dispatch)
@@ -231,8 +303,18 @@ def _pre_dispatch(variant: Any, api: DeepGemmApi, choice: str, deep_gemm: Any, c
     if variant.arch == "sm90":  # the SM90 kernel scales the weights itself
 
         def pre(x, ids, weights, buf, num_tokens, block_m, shared):  # type: ignore[no-untyped-def]
-            function(x, ids, weights, buf.x, buf.x_sf, buf.topk_idx, buf.topk_weights,
-                     num_tokens=num_tokens, group_size=group_size, routed_scaling_factor=rsf)
+            function(
+                x,
+                ids,
+                weights,
+                buf.x,
+                buf.x_sf,
+                buf.topk_idx,
+                buf.topk_weights,
+                num_tokens=num_tokens,
+                group_size=group_size,
+                routed_scaling_factor=rsf,
+            )
 
         return pre
     extra = {"mma_type": variant.mma_type} if api.takes(variant.host_pre_dispatch, "mma_type") else {}
@@ -240,7 +322,17 @@ def _pre_dispatch(variant: Any, api: DeepGemmApi, choice: str, deep_gemm: Any, c
     def pre(x, ids, weights, buf, num_tokens, block_m, shared):  # type: ignore[no-untyped-def]
         if rsf != 1.0:
             weights = weights * rsf
-        function(x, ids, weights, buf.x, buf.x_sf, buf.topk_idx, buf.topk_weights,
-                 num_tokens=num_tokens, group_size=group_size, **extra)
+        function(
+            x,
+            ids,
+            weights,
+            buf.x,
+            buf.x_sf,
+            buf.topk_idx,
+            buf.topk_weights,
+            num_tokens=num_tokens,
+            group_size=group_size,
+            **extra,
+        )
 
     return pre

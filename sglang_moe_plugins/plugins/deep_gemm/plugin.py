@@ -81,20 +81,61 @@ class Variant:
 
 
 W4A8 = Variant(
-    "mega_w4a8", 100, "fp8xfp4", "W4A8 (fp8xfp4)", "DeepGEMM fp8xfp4 MegaMoE (SM100), FP8 per-32 UE8M0 pre-dispatch",
-    "sm100", "fp8xfp4", "fp4_e2m1_ue8m0_g32", "FP4 weights, gran-8 gate/up interleave: SGLang's default MegaMoE build",
-    512, 128, 32, True, "fp8_fp4_mega_moe", (1, 1, 32), "sglang", 32,
+    "mega_w4a8",
+    100,
+    "fp8xfp4",
+    "W4A8 (fp8xfp4)",
+    "DeepGEMM fp8xfp4 MegaMoE (SM100), FP8 per-32 UE8M0 pre-dispatch",
+    "sm100",
+    "fp8xfp4",
+    "fp4_e2m1_ue8m0_g32",
+    "FP4 weights, gran-8 gate/up interleave: SGLang's default MegaMoE build",
+    512,
+    128,
+    32,
+    True,
+    "fp8_fp4_mega_moe",
+    (1, 1, 32),
+    "sglang",
+    32,
 )
 W4A4 = Variant(
-    "mega_w4a4", 110, "mxf4xmxf4", "W4A4 (mxf4xmxf4)", "DeepGEMM mxf4xmxf4 MegaMoE (SM100), MXFP4 E2M1 per-32 UE8M0 pre-dispatch",
-    "sm100", "mxf4xmxf4", "fp4_e2m1_ue8m0_g32",
+    "mega_w4a4",
+    110,
+    "mxf4xmxf4",
+    "W4A4 (mxf4xmxf4)",
+    "DeepGEMM mxf4xmxf4 MegaMoE (SM100), MXFP4 E2M1 per-32 UE8M0 pre-dispatch",
+    "sm100",
+    "mxf4xmxf4",
+    "fp4_e2m1_ue8m0_g32",
     "FP4 weights, gran-16 packed gate/up interleave: SGLang builds it with --enable-w4a4-mxfp4-megamoe",
-    512, 512, 32, False, "fp8_fp4_mega_moe", (1, 1, 32), "mega_moe_pre_dispatch", 32,
+    512,
+    512,
+    32,
+    False,
+    "fp8_fp4_mega_moe",
+    (1, 1, 32),
+    "mega_moe_pre_dispatch",
+    32,
 )
 SM90_FP8 = Variant(
-    "mega_sm90_fp8", 100, "sm90_fp8", "SM90 FP8", "DeepGEMM fp8_mega_moe (SM90), FP8 per-128 pre-dispatch",
-    "sm90", "fp8xfp4", "fp8_e4m3_block128", "FP8 e4m3 weights with 128x128 block scales (build_sm90_mega_moe_experts_weights)",
-    128, 128, None, False, "fp8_mega_moe", (128, 128, 128), "mega_moe_pre_dispatch_sm90", 128,
+    "mega_sm90_fp8",
+    100,
+    "sm90_fp8",
+    "SM90 FP8",
+    "DeepGEMM fp8_mega_moe (SM90), FP8 per-128 pre-dispatch",
+    "sm90",
+    "fp8xfp4",
+    "fp8_e4m3_block128",
+    "FP8 e4m3 weights with 128x128 block scales (build_sm90_mega_moe_experts_weights)",
+    128,
+    128,
+    None,
+    False,
+    "fp8_mega_moe",
+    (128, 128, 128),
+    "mega_moe_pre_dispatch_sm90",
+    128,
 )
 VARIANTS: tuple[Variant, ...] = (W4A8, W4A4, SM90_FP8)
 
@@ -102,14 +143,20 @@ VARIANTS: tuple[Variant, ...] = (W4A8, W4A4, SM90_FP8)
 def _arch(v: Variant, platform: Platform) -> Support:
     if v.arch == "sm90":
         if not platform.is_cuda:
-            return Support.no(f"requires CUDA compute capability 9.0 (DeepGEMM SM90 MegaMoE), the call is on {platform}")
+            return Support.no(
+                f"requires CUDA compute capability 9.0 (DeepGEMM SM90 MegaMoE), the call is on {platform}"
+            )
         if platform.sm != 90:
-            return Support.no(f"DeepGEMM's fp8_mega_moe runs on compute capability 9.0 only (SGLang uses it on sm90); the device is sm{platform.sm}")
+            return Support.no(
+                f"DeepGEMM's fp8_mega_moe runs on compute capability 9.0 only (SGLang uses it on sm90); the device is sm{platform.sm}"
+            )
         return Support.yes("sm90")
     if not platform.is_cuda:
         return Support.no(f"requires CUDA compute capability 10.x (DeepGEMM SM100 MegaMoE), the call is on {platform}")
     if (platform.sm or 0) // 10 != 10:
-        return Support.no(f"DeepGEMM's FP4 MegaMoE kernels run on compute capability 10.x only (SM100); the device is sm{platform.sm}")
+        return Support.no(
+            f"DeepGEMM's FP4 MegaMoE kernels run on compute capability 10.x only (SM100); the device is sm{platform.sm}"
+        )
     return Support.yes(f"sm{platform.sm}")
 
 
@@ -127,17 +174,25 @@ def _api(v: Variant, api: DeepGemmApi) -> Support:
     if api.legacy_env and v.arch == "sm100":
         names = "/".join(api.legacy_env)
         if api.refuses_legacy_env:
-            return Support.no(f"{names} is set; {api.describe()} raises RuntimeError on it (replaced by mma_type): unset it")
-        return Support.no(f"{names} is set; {api.describe()} then lays the buffer out for FP4 activations, which {v.name} does not write")
+            return Support.no(
+                f"{names} is set; {api.describe()} raises RuntimeError on it (replaced by mma_type): unset it"
+            )
+        return Support.no(
+            f"{names} is set; {api.describe()} then lays the buffer out for FP4 activations, which {v.name} does not write"
+        )
     return Support.yes(api.describe())
 
 
 def _weights(v: Variant, config: MegaMoEConfig) -> Support:
     if config.variant != v.variant or config.weight_format != v.weight_format:
         if v.arch == "sm90":
-            return Support.no(f"needs {v.weight_hint}; the experts hold {config.weight_format} weights laid out for {config.variant}")
+            return Support.no(
+                f"needs {v.weight_hint}; the experts hold {config.weight_format} weights laid out for {config.variant}"
+            )
         if config.variant != v.variant:
-            return Support.no(f"the experts' weights are laid out for {config.variant}; {v.name} needs the {v.variant} layout ({v.weight_hint})")
+            return Support.no(
+                f"the experts' weights are laid out for {config.variant}; {v.name} needs the {v.variant} layout ({v.weight_hint})"
+            )
         return Support.no(f"needs FP4 E2M1 weights with per-32 UE8M0 scales, got {config.weight_format}")
     return Support.yes(f"{v.variant} weights")
 
@@ -145,19 +200,27 @@ def _weights(v: Variant, config: MegaMoEConfig) -> Support:
 def _shapes(v: Variant, shape: MegaMoEShape, api: DeepGemmApi) -> Support:
     if v.arch == "sm90":
         if shape.hidden % 128 or shape.intermediate % 128:
-            return Support.no(f"hidden_size={shape.hidden} and moe_intermediate_size={shape.intermediate} must be multiples of 128 (block-128 scales)")
+            return Support.no(
+                f"hidden_size={shape.hidden} and moe_intermediate_size={shape.intermediate} must be multiples of 128 (block-128 scales)"
+            )
     else:
         if shape.hidden % v.hidden_align:
-            return Support.no(f"hidden_size={shape.hidden} is not a multiple of {v.hidden_align} (16 x scale group 32; check_mega_moe_shapes)")
+            return Support.no(
+                f"hidden_size={shape.hidden} is not a multiple of {v.hidden_align} (16 x scale group 32; check_mega_moe_shapes)"
+            )
         if shape.intermediate % v.intermediate_align:
-            return Support.no(f"moe_intermediate_size={shape.intermediate} is not a multiple of {v.intermediate_align} (check_mega_moe_shapes, {v.variant})")
+            return Support.no(
+                f"moe_intermediate_size={shape.intermediate} is not a multiple of {v.intermediate_align} (check_mega_moe_shapes, {v.variant})"
+            )
     if v.max_top_k is not None and shape.top_k > v.max_top_k:
         return Support.no(f"top_k={shape.top_k} > {v.max_top_k} (the kernel packs 32 / top_k tokens per warp)")
     if shape.num_shared_experts:
         if v.arch == "sm90":
             return Support.no("SGLang's SM90 MegaMoE has no in-kernel shared experts (num_shared_experts must be 0)")
         if not v.shared_experts:
-            return Support.no("in-kernel shared experts take FP8 weights with fp8xfp4 only (SGLang fuses them for W4A8 only)")
+            return Support.no(
+                "in-kernel shared experts take FP8 weights with fp8xfp4 only (SGLang fuses them for W4A8 only)"
+            )
         if not api.shared_experts:
             return Support.no(
                 f"in-kernel shared experts need get_symm_buffer_for_mega_moe(num_shared_experts=...), fp8_fp4_mega_moe(shared_l1_weights=...) "
@@ -169,17 +232,25 @@ def _shapes(v: Variant, shape: MegaMoEShape, api: DeepGemmApi) -> Support:
 def _host_pre_dispatch(v: Variant, shape: MegaMoEShape, api: DeepGemmApi) -> Support:
     if v.host_pre_dispatch == "sglang":
         if not sglang_installed():
-            return Support.no("option pre_dispatch='host' needs SGLang's JIT mega_moe_pre_dispatch (sglang is not installed)")
+            return Support.no(
+                "option pre_dispatch='host' needs SGLang's JIT mega_moe_pre_dispatch (sglang is not installed)"
+            )
         if shape.hidden > 8192 and shape.hidden % 256:
-            return Support.no(f"SGLang's JIT pre-dispatch needs hidden above 8192 to be a multiple of 256, got {shape.hidden}")
+            return Support.no(
+                f"SGLang's JIT pre-dispatch needs hidden above 8192 to be a multiple of 256, got {shape.hidden}"
+            )
         return Support.yes("SGLang's JIT mega_moe_pre_dispatch")
     function = v.host_pre_dispatch
     if not api.has(function):
         return Support.no(f"option pre_dispatch='host' needs deep_gemm.{function}, missing in {api.describe()}")
     if v.arch == "sm100" and not api.takes(function, "mma_type"):
-        return Support.no(f"option pre_dispatch='host' needs deep_gemm.{function}(..., mma_type=...), not in {api.describe()}")
+        return Support.no(
+            f"option pre_dispatch='host' needs deep_gemm.{function}(..., mma_type=...), not in {api.describe()}"
+        )
     if shape.hidden > 8192:
-        return Support.no(f"sgl-deep-gemm's {function} covers hidden <= 8192 (one 8-column chunk per thread), got {shape.hidden}")
+        return Support.no(
+            f"sgl-deep-gemm's {function} covers hidden <= 8192 (one 8-column chunk per thread), got {shape.hidden}"
+        )
     return Support.yes(f"sgl-deep-gemm's {function}")
 
 
@@ -187,11 +258,15 @@ def _e2m1_ties(choice: str, api: DeepGemmApi) -> Support:
     """Our E2M1 pre-dispatch must round midpoints as the installed release does (bit-exact with its own)."""
     ties = api.e2m1_ties
     if ties is None:
-        return Support.no(f"option pre_dispatch={choice!r}: cannot tell how {api.describe()} rounds E2M1 ties "
-                          "(no deep_gemm/utils/math.py _quantize_to_fp4_e2m1 to read); use pre_dispatch='host'")
+        return Support.no(
+            f"option pre_dispatch={choice!r}: cannot tell how {api.describe()} rounds E2M1 ties "
+            "(no deep_gemm/utils/math.py _quantize_to_fp4_e2m1 to read); use pre_dispatch='host'"
+        )
     if choice == "torch" and ties != "even":
-        return Support.no(f"option pre_dispatch='torch' rounds E2M1 ties to even; {api.describe()} rounds them toward zero: "
-                          "use pre_dispatch='host' or 'triton'")
+        return Support.no(
+            f"option pre_dispatch='torch' rounds E2M1 ties to even; {api.describe()} rounds them toward zero: "
+            "use pre_dispatch='host' or 'triton'"
+        )
     return Support.yes(f"{choice} pre-dispatch, E2M1 ties {ties.replace('_', ' ')} as {api.describe()}")
 
 
@@ -211,7 +286,9 @@ class MegaDeepGemmPlugin(Plugin):
     def __init__(self, api: DeepGemmApi | None = None) -> None:
         """``api``: the sgl-deep-gemm API to plan for (default: the installed one, detected once)."""
         self._api = api
-        self._prepared: dict[tuple[MegaMoEShape, MegaMoEConfig, Any], Callable[[MegaMoEInputs, MegaMoEOutputs], None]] = {}
+        self._prepared: dict[
+            tuple[MegaMoEShape, MegaMoEConfig, Any], Callable[[MegaMoEInputs, MegaMoEOutputs], None]
+        ] = {}
         self._lock = threading.Lock()
 
     @property
@@ -264,7 +341,9 @@ class MegaDeepGemmPlugin(Plugin):
 
     def available(self, platform: Platform) -> Support:
         api = self.api
-        return Support.all_of(_arch(self.variant, platform), _api(self.variant, api), ok_reason=f"{api.describe()} on {platform}")
+        return Support.all_of(
+            _arch(self.variant, platform), _api(self.variant, api), ok_reason=f"{api.describe()} on {platform}"
+        )
 
     def supports(self, shape: MegaMoEShape, config: MegaMoEConfig) -> Support:
         v, api = self.variant, self.api
@@ -296,7 +375,9 @@ class MegaDeepGemmPlugin(Plugin):
 
                     if len(self._prepared) >= 256:
                         self._prepared.clear()
-                    launch = self._prepared[key] = build_launch(self.variant, self.api, key[2], shape, config, self.name)
+                    launch = self._prepared[key] = build_launch(
+                        self.variant, self.api, key[2], shape, config, self.name
+                    )
         return launch
 
 

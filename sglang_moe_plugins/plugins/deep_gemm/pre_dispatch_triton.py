@@ -29,11 +29,25 @@ from typing import Any
 import torch
 
 from ...log import get_logger
-from ..triton_common import LowLevelLaunch, compile_specialisation, next_pow2, ordered_arguments, pdl_supported, triton_has_pdl
+from ..triton_common import (
+    LowLevelLaunch,
+    compile_specialisation,
+    next_pow2,
+    ordered_arguments,
+    pdl_supported,
+    triton_has_pdl,
+)
 from .pre_dispatch_kernel import pre_dispatch_kernel
 
-__all__ = ["PreDispatchTiling", "choose_tiling", "pre_dispatch", "prepare_pre_dispatch", "PreDispatchLauncher", "FORMAT_CODES",
-           "E2M1_TIES"]
+__all__ = [
+    "PreDispatchTiling",
+    "choose_tiling",
+    "pre_dispatch",
+    "prepare_pre_dispatch",
+    "PreDispatchLauncher",
+    "FORMAT_CODES",
+    "E2M1_TIES",
+]
 
 #: variant -> (format code used by the kernel, group size, absmax floor)
 FORMAT_CODES = {"fp8xfp4": (0, 32, 1e-10), "mxf4xmxf4": (1, 32, 1e-4), "sm90_fp8": (2, 128, 1e-10)}
@@ -88,8 +102,14 @@ def _use_pdl(device: torch.device) -> bool:
     return pdl_supported(device.index if device.index is not None else torch.cuda.current_device())
 
 
-def _check_buffers(buf_x: torch.Tensor, buf_x_sf: torch.Tensor, buf_topk_idx: torch.Tensor,
-                   buf_topk_weights: torch.Tensor, fmt: int, shared_x_sf: torch.Tensor | None) -> None:
+def _check_buffers(
+    buf_x: torch.Tensor,
+    buf_x_sf: torch.Tensor,
+    buf_topk_idx: torch.Tensor,
+    buf_topk_weights: torch.Tensor,
+    fmt: int,
+    shared_x_sf: torch.Tensor | None,
+) -> None:
     if not (buf_x.is_contiguous() and buf_topk_idx.is_contiguous() and buf_topk_weights.is_contiguous()):
         raise ValueError("buf_x, buf_topk_idx and buf_topk_weights must be contiguous")
     if buf_x_sf.stride(-1) != 1:
@@ -99,10 +119,24 @@ def _check_buffers(buf_x: torch.Tensor, buf_x_sf: torch.Tensor, buf_topk_idx: to
 
 
 def _arguments(
-    x: Any, topk_ids: Any, topk_weights: Any, strides: tuple[int, int, int], num_tokens: int, hidden: int,
-    buf_x: torch.Tensor, buf_x_sf: torch.Tensor, buf_topk_idx: torch.Tensor, buf_topk_weights: torch.Tensor, *,
-    variant: str, routed_scaling_factor: float, shared_x_sf: torch.Tensor | None, shared_block_m: int,
-    tiling: PreDispatchTiling | None, use_pdl: bool, e2m1_ties: str = "even",
+    x: Any,
+    topk_ids: Any,
+    topk_weights: Any,
+    strides: tuple[int, int, int],
+    num_tokens: int,
+    hidden: int,
+    buf_x: torch.Tensor,
+    buf_x_sf: torch.Tensor,
+    buf_topk_idx: torch.Tensor,
+    buf_topk_weights: torch.Tensor,
+    *,
+    variant: str,
+    routed_scaling_factor: float,
+    shared_x_sf: torch.Tensor | None,
+    shared_block_m: int,
+    tiling: PreDispatchTiling | None,
+    use_pdl: bool,
+    e2m1_ties: str = "even",
 ) -> tuple[tuple[int], tuple, dict[str, Any]] | None:
     """``(grid, arguments, keyword arguments)`` of the launch, or None when the grid is empty.
     ``x`` / ``topk_ids`` / ``topk_weights``: tensors, or dtypes (compiled as aligned pointers)."""
@@ -121,18 +155,43 @@ def _arguments(
     sf_row_stride = buf_x_sf.stride(0) if fmt == 2 else buf_x_sf.stride(0) * buf_x_sf.element_size()
     write_shared = shared_x_sf is not None and num_tokens > 0
     args = (
-        x, strides[0], topk_ids, strides[1], topk_weights, strides[2],
-        buf_x, hidden // 2 if fmt == 1 else hidden,
-        buf_x_sf, sf_row_stride,
-        buf_topk_idx, buf_topk_weights,
-        shared_x_sf if write_shared else buf_x_sf, shared_x_sf.stride(1) if write_shared else 0,
+        x,
+        strides[0],
+        topk_ids,
+        strides[1],
+        topk_weights,
+        strides[2],
+        buf_x,
+        hidden // 2 if fmt == 1 else hidden,
+        buf_x_sf,
+        sf_row_stride,
+        buf_topk_idx,
+        buf_topk_weights,
+        shared_x_sf if write_shared else buf_x_sf,
+        shared_x_sf.stride(1) if write_shared else 0,
         max(int(shared_block_m), 1),
-        num_tokens, hidden, padded_max, n_quant, n_cb, float(routed_scaling_factor),
+        num_tokens,
+        hidden,
+        padded_max,
+        n_quant,
+        n_cb,
+        float(routed_scaling_factor),
     )
     kwargs: dict[str, Any] = dict(
-        K=top_k, KP=next_pow2(top_k), FMT=fmt, GS=group_size, FLOOR=floor, BT=tiling.block_tokens,
-        BC=tiling.block_cols, PAD=_PAD_BLOCK, WRITE_SHARED=write_shared, COPY_TOPK=True, PDL=use_pdl,
-        EVICT_FIRST=tiling.evict_first, TIES_EVEN=e2m1_ties == "even", num_warps=tiling.num_warps,
+        K=top_k,
+        KP=next_pow2(top_k),
+        FMT=fmt,
+        GS=group_size,
+        FLOOR=floor,
+        BT=tiling.block_tokens,
+        BC=tiling.block_cols,
+        PAD=_PAD_BLOCK,
+        WRITE_SHARED=write_shared,
+        COPY_TOPK=True,
+        PDL=use_pdl,
+        EVICT_FIRST=tiling.evict_first,
+        TIES_EVEN=e2m1_ties == "even",
+        num_warps=tiling.num_warps,
     )
     if use_pdl and triton_has_pdl():  # an explicit pdl=True on an older Triton: in-kernel wait only
         kwargs["launch_pdl"] = True
@@ -175,10 +234,25 @@ def pre_dispatch(
     if num_tokens == 0:  # no quantize programs run: hand the kernel valid (unused) pointers
         x, topk_ids, topk_weights = buf_topk_weights, buf_topk_idx, buf_topk_weights
     use_pdl = _use_pdl(x.device) if pdl is None else bool(pdl)
-    plan = _arguments(x, topk_ids, topk_weights, (x.stride(0), topk_ids.stride(0), topk_weights.stride(0)),
-                      num_tokens, hidden, buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights, variant=variant,
-                      routed_scaling_factor=routed_scaling_factor, shared_x_sf=shared_x_sf,
-                      shared_block_m=shared_block_m, tiling=tiling, use_pdl=use_pdl, e2m1_ties=e2m1_ties)
+    plan = _arguments(
+        x,
+        topk_ids,
+        topk_weights,
+        (x.stride(0), topk_ids.stride(0), topk_weights.stride(0)),
+        num_tokens,
+        hidden,
+        buf_x,
+        buf_x_sf,
+        buf_topk_idx,
+        buf_topk_weights,
+        variant=variant,
+        routed_scaling_factor=routed_scaling_factor,
+        shared_x_sf=shared_x_sf,
+        shared_block_m=shared_block_m,
+        tiling=tiling,
+        use_pdl=use_pdl,
+        e2m1_ties=e2m1_ties,
+    )
     if plan is not None:
         grid, args, kwargs = plan
         pre_dispatch_kernel()[grid](*args, **kwargs)
@@ -192,17 +266,33 @@ class PreDispatchLauncher:
     then reads the three input pointers and calls the compiled kernel's launcher directly (see
     ``_triton_launch``). Inputs that are not 16-byte aligned take the JIT path. Thread-safe."""
 
-    def __init__(self, buf_x: torch.Tensor, buf_x_sf: torch.Tensor, buf_topk_idx: torch.Tensor,
-                 buf_topk_weights: torch.Tensor, *, variant: str, routed_scaling_factor: float = 1.0,
-                 shared_x_sf: torch.Tensor | None = None, shared_block_m: int = 0, pdl: bool | None = None,
-                 max_plans: int = 1024, e2m1_ties: str = "even") -> None:
+    def __init__(
+        self,
+        buf_x: torch.Tensor,
+        buf_x_sf: torch.Tensor,
+        buf_topk_idx: torch.Tensor,
+        buf_topk_weights: torch.Tensor,
+        *,
+        variant: str,
+        routed_scaling_factor: float = 1.0,
+        shared_x_sf: torch.Tensor | None = None,
+        shared_block_m: int = 0,
+        pdl: bool | None = None,
+        max_plans: int = 1024,
+        e2m1_ties: str = "even",
+    ) -> None:
         _check_ties(e2m1_ties)
         if variant not in FORMAT_CODES:
             raise ValueError(f"variant={variant!r} is not one of {tuple(FORMAT_CODES)}")
         _check_buffers(buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights, FORMAT_CODES[variant][0], shared_x_sf)
         self.buffers = (buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights)
-        self.options = dict(variant=variant, routed_scaling_factor=float(routed_scaling_factor),
-                            shared_x_sf=shared_x_sf, shared_block_m=int(shared_block_m), e2m1_ties=e2m1_ties)
+        self.options = dict(
+            variant=variant,
+            routed_scaling_factor=float(routed_scaling_factor),
+            shared_x_sf=shared_x_sf,
+            shared_block_m=int(shared_block_m),
+            e2m1_ties=e2m1_ties,
+        )
         self.pdl = pdl
         self.max_plans = int(max_plans)
         self._plans: dict[tuple, Any] = {}
@@ -213,8 +303,15 @@ class PreDispatchLauncher:
         if x.shape[0] == 0:
             key: tuple = (x.shape, x.get_device())
         else:
-            key = (x.shape, x.stride(0), topk_ids.stride(0), topk_weights.stride(0), topk_ids.dtype,
-                   topk_weights.dtype, x.get_device())
+            key = (
+                x.shape,
+                x.stride(0),
+                topk_ids.stride(0),
+                topk_weights.stride(0),
+                topk_ids.dtype,
+                topk_weights.dtype,
+                x.get_device(),
+            )
         plan = self._plans.get(key)
         if plan is None:
             plan = self._build(key, x, topk_ids, topk_weights)
@@ -227,8 +324,9 @@ class PreDispatchLauncher:
         plan = self._make_plan(x, topk_ids, topk_weights)
         with self._lock:
             if len(self._plans) >= self.max_plans:
-                logger.warning("mega pre-dispatch: more than %d input layouts; dropping the cached launches",
-                               self.max_plans)
+                logger.warning(
+                    "mega pre-dispatch: more than %d input layouts; dropping the cached launches", self.max_plans
+                )
                 self._plans.clear()
             self._plans[key] = plan
             self.plans_built += 1
@@ -247,8 +345,9 @@ class PreDispatchLauncher:
         else:
             inputs = (x.dtype, topk_ids.dtype, topk_weights.dtype)  # compiled for aligned pointers
             strides = (x.stride(0), topk_ids.stride(0), topk_weights.stride(0))
-        planned = _arguments(*inputs, strides, num_tokens, hidden, *self.buffers, tiling=None, use_pdl=use_pdl,
-                             **self.options)
+        planned = _arguments(
+            *inputs, strides, num_tokens, hidden, *self.buffers, tiling=None, use_pdl=use_pdl, **self.options
+        )
         if planned is None:
             return _nothing
         grid, args, kwargs = planned
@@ -292,9 +391,18 @@ def prepare_pre_dispatch(
     """A launcher ``(x, topk_ids, topk_weights) -> None`` that writes what :func:`pre_dispatch` writes
     into these buffers, bit for bit, with the per-call host work of a direct kernel launch. Build it
     once per symmetric buffer (the buffer tensors are kept alive by it)."""
-    return PreDispatchLauncher(buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights, variant=variant,
-                               routed_scaling_factor=routed_scaling_factor, shared_x_sf=shared_x_sf,
-                               shared_block_m=shared_block_m, pdl=pdl, e2m1_ties=e2m1_ties)
+    return PreDispatchLauncher(
+        buf_x,
+        buf_x_sf,
+        buf_topk_idx,
+        buf_topk_weights,
+        variant=variant,
+        routed_scaling_factor=routed_scaling_factor,
+        shared_x_sf=shared_x_sf,
+        shared_block_m=shared_block_m,
+        pdl=pdl,
+        e2m1_ties=e2m1_ties,
+    )
 
 
 def _check_ties(e2m1_ties: str) -> None:

@@ -61,7 +61,8 @@ def _host_buffer(get_buffer: Callable[..., Any], keywords: frozenset[str]) -> Ca
         if offered.get("num_shared_experts", 0) and "num_shared_experts" not in keywords:
             raise KernelNotAvailableError(
                 f"SGLang's _get_mega_moe_symm_buffer takes no num_shared_experts on this release; "
-                f"num_shared_experts={offered['num_shared_experts']} needs it")
+                f"num_shared_experts={offered['num_shared_experts']} needs it"
+            )
         return get_buffer(group, *sizes, **{k: v for k, v in offered.items() if k in keywords})
 
     host_buffer.keywords = keywords  # type: ignore[attr-defined]  # for tests

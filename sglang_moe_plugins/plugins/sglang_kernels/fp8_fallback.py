@@ -42,7 +42,9 @@ class Fp8FallbackPlugin(Plugin):
         if config.swizzle:
             return Support.no("cannot read gran-8 swizzled gate/up input")
         if config.keep_fp32:
-            return Support.no("rounds SiLU to bf16 before the product; the call requires fp32 intermediates (keep_fp32)")
+            return Support.no(
+                "rounds SiLU to bf16 before the product; the call requires fp32 intermediates (keep_fp32)"
+            )
         if shape.group_size not in GROUP_SIZES:
             return Support.no(f"group_size ({shape.group_size}) must be one of {GROUP_SIZES}")
         if shape.num_experts == 0 or shape.max_rows == 0:

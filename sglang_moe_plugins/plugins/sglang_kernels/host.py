@@ -30,8 +30,14 @@ from typing import Any, Callable, Iterator
 from ...contract import Support
 from ...hardware import Platform
 
-__all__ = ["HostKernels", "get_host_kernels", "use_host_kernels", "host_kernels_source", "cuda_host_kernels",
-           "sglang_mega_pre_dispatch"]
+__all__ = [
+    "HostKernels",
+    "get_host_kernels",
+    "use_host_kernels",
+    "host_kernels_source",
+    "cuda_host_kernels",
+    "sglang_mega_pre_dispatch",
+]
 
 
 @dataclass(frozen=True)

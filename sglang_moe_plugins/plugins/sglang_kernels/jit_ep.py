@@ -46,8 +46,10 @@ class JitEpPlugin(Plugin):
             (e <= MAX_EXPERTS, f"E ({e}) must be <= {MAX_EXPERTS} (masked_m is scanned in shared memory)"),
             (d // 8 >= e, f"D // 8 ({d // 8}) must be >= E ({e}) (one thread per expert scans masked_m)"),
             (shape.group_size in (32, 128), f"group_size ({shape.group_size}) must be 32 or 128"),
-            (config.scale_layout != "column_major",
-             "writes row-major fp32 or packed UE8M0 scales; this call needs column-major fp32 scales"),
+            (
+                config.scale_layout != "column_major",
+                "writes row-major fp32 or packed UE8M0 scales; this call needs column-major fp32 scales",
+            ),
             (not config.scale_ue8m0 or n % 4 == 0, f"packed UE8M0 scales need N % 4 == 0 (N={n})"),
             (not config.scale_ue8m0 or g % 4 == 0, f"packed UE8M0 scales need G % 4 == 0 (G={g})"),
         )

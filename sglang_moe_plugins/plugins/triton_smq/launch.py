@@ -23,8 +23,16 @@ from ..triton_common import LowLevelLaunch, compile_specialisation, next_pow2, o
 from .kernel import silu_mul_quant_kernel
 from .tuning import KernelConfig, choose_config, waves_for
 
-__all__ = ["LaunchPlan", "launch", "plan_launch", "prepare_launch", "pointer_dtypes", "sm_count",
-           "resident_programs_per_sm", "occupancy_records"]
+__all__ = [
+    "LaunchPlan",
+    "launch",
+    "plan_launch",
+    "prepare_launch",
+    "pointer_dtypes",
+    "sm_count",
+    "resident_programs_per_sm",
+    "occupancy_records",
+]
 
 logger = get_logger(__name__)
 
@@ -68,7 +76,11 @@ def resident_programs_per_sm(compiled, num_warps: int, device_index: int) -> int
     if lib is not None:
         blocks = ctypes.c_int(0)
         status = lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-            ctypes.byref(blocks), ctypes.c_void_p(int(compiled.function)), ctypes.c_int(threads), ctypes.c_size_t(shared))
+            ctypes.byref(blocks),
+            ctypes.c_void_p(int(compiled.function)),
+            ctypes.c_int(threads),
+            ctypes.c_size_t(shared),
+        )
         if status == 0 and blocks.value > 0:
             return int(blocks.value)
     props = torch.cuda.get_device_properties(device_index)
@@ -132,12 +144,27 @@ def plan_launch(
     s_e, s_r, s_g = (int(s) for s in scale_strides)
     runtime = (num_experts, num_rows, s_e, s_r, s_g, float(swiglu_limit) if swiglu_limit is not None else 0.0)
     kwargs = dict(
-        D=hidden, GS=group_size, G=groups, GP=(groups + 3) // 4, BM=config.block_m, BC=block_c, NC=num_chunks,
-        BLOCK_E=block_e, ONE_CHUNK=num_experts <= block_e, HAS_LIMIT=swiglu_limit is not None,
-        SWIZZLE=bool(swizzle), UE8M0=bool(ue8m0), EVEN_D=hidden % block_c == 0, PREFETCH=bool(config.prefetch),
-        FAST=on_gpu, USE_PDL=use_pdl, EARLY_TRIGGER=bool(config.early_trigger), IDLE_EXIT=bool(config.idle_exit),
+        D=hidden,
+        GS=group_size,
+        G=groups,
+        GP=(groups + 3) // 4,
+        BM=config.block_m,
+        BC=block_c,
+        NC=num_chunks,
+        BLOCK_E=block_e,
+        ONE_CHUNK=num_experts <= block_e,
+        HAS_LIMIT=swiglu_limit is not None,
+        SWIZZLE=bool(swizzle),
+        UE8M0=bool(ue8m0),
+        EVEN_D=hidden % block_c == 0,
+        PREFETCH=bool(config.prefetch),
+        FAST=on_gpu,
+        USE_PDL=use_pdl,
+        EARLY_TRIGGER=bool(config.early_trigger),
+        IDLE_EXIT=bool(config.idle_exit),
         FRONT_LOAD=bool(config.front_load),
-        num_warps=config.num_warps, num_stages=1,
+        num_warps=config.num_warps,
+        num_stages=1,
     )
     if use_pdl:
         kwargs["launch_pdl"] = True
@@ -179,9 +206,20 @@ def launch(
     index = None
     if gateup.device.type == "cuda":
         index = gateup.device.index if gateup.device.index is not None else torch.cuda.current_device()
-    plan = plan_launch(num_experts, num_rows, two_d // 2, group_size=group_size, scale_strides=scale.stride(),
-                       swiglu_limit=swiglu_limit, swizzle=swizzle, ue8m0=ue8m0, config=config, pdl=pdl,
-                       device_index=index, pointers=(gateup, masked_m, out, scale))
+    plan = plan_launch(
+        num_experts,
+        num_rows,
+        two_d // 2,
+        group_size=group_size,
+        scale_strides=scale.stride(),
+        swiglu_limit=swiglu_limit,
+        swizzle=swizzle,
+        ue8m0=ue8m0,
+        config=config,
+        pdl=pdl,
+        device_index=index,
+        pointers=(gateup, masked_m, out, scale),
+    )
     if plan is not None:
         silu_mul_quant_kernel[plan.grid](gateup, masked_m, out, scale, *plan.runtime, **plan.kwargs_dict)
 
@@ -225,9 +263,20 @@ def prepare_launch(
     None: Triton's CPU interpreter, through the JIT path.
     """
     dtypes = pointer_dtypes(ue8m0)
-    plan = plan_launch(num_experts, num_rows, hidden, group_size=group_size, scale_strides=scale_strides,
-                       swiglu_limit=swiglu_limit, swizzle=swizzle, ue8m0=ue8m0, config=config, pdl=pdl,
-                       device_index=device_index, pointers=dtypes)
+    plan = plan_launch(
+        num_experts,
+        num_rows,
+        hidden,
+        group_size=group_size,
+        scale_strides=scale_strides,
+        swiglu_limit=swiglu_limit,
+        swizzle=swizzle,
+        ue8m0=ue8m0,
+        config=config,
+        pdl=pdl,
+        device_index=device_index,
+        pointers=dtypes,
+    )
     if plan is None:
         return _nothing
     grid, runtime, kwargs = plan.grid, plan.runtime, plan.kwargs_dict
@@ -236,8 +285,13 @@ def prepare_launch(
         silu_mul_quant_kernel[grid](gateup, masked_m, out, scale, *runtime, **kwargs)
 
     if device_index is None:
-        logger.debug("triton silu_mul_quant: prepared E=%d N=%d D=%d, grid %s, Triton's interpreter (JIT path)",
-                     num_experts, num_rows, hidden, grid)
+        logger.debug(
+            "triton silu_mul_quant: prepared E=%d N=%d D=%d, grid %s, Triton's interpreter (JIT path)",
+            num_experts,
+            num_rows,
+            hidden,
+            grid,
+        )
         return jit
     try:
         compiled = compile_specialisation(silu_mul_quant_kernel, dtypes + runtime, kwargs, device_index)
@@ -258,8 +312,15 @@ def prepare_launch(
             low(px, pm, po, ps)
 
     prepared.low_level = low  # type: ignore[attr-defined]  # for tests and benchmarks
-    logger.debug("triton silu_mul_quant: prepared E=%d N=%d D=%d on cuda:%d, grid %s, PDL %s, low-level launch",
-                 num_experts, num_rows, hidden, device_index, grid, plan.use_pdl)
+    logger.debug(
+        "triton silu_mul_quant: prepared E=%d N=%d D=%d on cuda:%d, grid %s, PDL %s, low-level launch",
+        num_experts,
+        num_rows,
+        hidden,
+        device_index,
+        grid,
+        plan.use_pdl,
+    )
     return prepared
 
 
@@ -276,13 +337,21 @@ def _resident(index: int, args: tuple, constexprs: dict, num_warps: int) -> int:
         return hit[2]
     try:
         compiled = compile_specialisation(silu_mul_quant_kernel, args, constexprs, index)
-        record = (int(compiled.n_regs), int(getattr(compiled.metadata, "shared", 0) or 0),
-                  resident_programs_per_sm(compiled, num_warps, index))
+        record = (
+            int(compiled.n_regs),
+            int(getattr(compiled.metadata, "shared", 0) or 0),
+            resident_programs_per_sm(compiled, num_warps, index),
+        )
     except Exception as exc:  # noqa: BLE001 - a Triton without warmup/n_regs: keep the configured grid
         logger.debug("triton silu_mul_quant: occupancy unknown (%s); using the configured grid", exc)
         record = (0, 0, 1 << 30)
     with _OCCUPANCY_LOCK:
         _OCCUPANCY[key] = record
-    logger.debug("triton silu_mul_quant: %s registers, %s B shared, %s resident programs per SM for %s",
-                 record[0], record[1], record[2], key[-1])
+    logger.debug(
+        "triton silu_mul_quant: %s registers, %s B shared, %s resident programs per SM for %s",
+        record[0],
+        record[1],
+        record[2],
+        key[-1],
+    )
     return record[2]

@@ -78,9 +78,7 @@ class TritonPlugin(Plugin):
         if not platform.is_cuda:
             return Support.no(f"needs a CUDA device; this call runs on {platform.describe()}")
         if platform.sm is not None and platform.sm < MIN_SM:
-            return Support.no(
-                f"needs sm{MIN_SM}+ for the FP8 e4m3 conversion; the device is sm{platform.sm}"
-            )
+            return Support.no(f"needs sm{MIN_SM}+ for the FP8 e4m3 conversion; the device is sm{platform.sm}")
         if not triton_available():
             return Support.no("the 'triton' package is not importable in this environment")
         return Support.yes(f"Triton on {platform.describe()}")
@@ -97,9 +95,7 @@ class TritonPlugin(Plugin):
         if shape.max_rows > _MAX_INT32:
             return Support.no(f"N ({shape.max_rows}) exceeds the kernel's int32 row index ({_MAX_INT32})")
         if shape.num_experts * shape.max_rows > _MAX_INT32:
-            return Support.no(
-                f"E * N ({shape.num_experts * shape.max_rows}) rows exceed the kernel's int32 tile count"
-            )
+            return Support.no(f"E * N ({shape.num_experts * shape.max_rows}) rows exceed the kernel's int32 tile count")
         return Support.yes(
             f"Triton kernel handles {shape.describe()} with {config.scale_layout} scales"
             + (", swiglu_limit" if config.swiglu_limit is not None else "")
@@ -120,15 +116,18 @@ class TritonPlugin(Plugin):
         device_index = torch.cuda.current_device() if config.platform.is_cuda else None
         return self._prepare(shape, config, device_index, launcher)
 
-    def _prepare(self, shape: SiluMulQuantShape, config: SiluMulQuantConfig, device_index: int | None,
-                 launcher: Any) -> Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]:
+    def _prepare(
+        self, shape: SiluMulQuantShape, config: SiluMulQuantConfig, device_index: int | None, launcher: Any
+    ) -> Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]:
         """``prepare`` for ``device_index`` through the module ``launcher`` (:mod:`.launch`; tests pass
         it with its device queries replaced)."""
         from .tuning import choose_config
 
         limit = None if config.swiglu_limit is None else _bf16_limit(float(config.swiglu_limit))
         launch = launcher.prepare_launch(
-            shape.num_experts, shape.max_rows, shape.hidden,
+            shape.num_experts,
+            shape.max_rows,
+            shape.hidden,
             group_size=shape.group_size,
             scale_strides=expected_scale_strides(shape, config)[1],
             swiglu_limit=limit,
@@ -163,7 +162,9 @@ class TritonPlugin(Plugin):
             launch = self._prepare(shape, config, device_index, launcher)
             with _LOCK:
                 if len(self._launches) >= _MAX_PREPARED:
-                    logger.warning("triton: more than %d shape keys prepared; dropping the cached launches", _MAX_PREPARED)
+                    logger.warning(
+                        "triton: more than %d shape keys prepared; dropping the cached launches", _MAX_PREPARED
+                    )
                     self._launches.clear()
                 self._launches[key] = launch
         launch(inputs, outputs)

@@ -96,19 +96,38 @@ def choose_config(num_experts: int, max_rows: int, hidden: int, group_size: int,
     decode = rows_bound <= _DECODE_ROWS
     if num_experts > _FEW_EXPERTS:
         if rows_bound <= num_experts:
-            return KernelConfig(block_m=1, block_c=block_c, num_warps=4, ctas_per_sm=16,
-                                max_programs=max(1, item_bound(num_experts, max_rows, hidden, 1, block_c, topk)))
+            return KernelConfig(
+                block_m=1,
+                block_c=block_c,
+                num_warps=4,
+                ctas_per_sm=16,
+                max_programs=max(1, item_bound(num_experts, max_rows, hidden, 1, block_c, topk)),
+            )
         block_m = max(1, _TILE_ELEMS // block_c)
         return KernelConfig(block_m=block_m, block_c=block_c, num_warps=4, ctas_per_sm=4 if decode else 8)
     if not decode:
         block_m = max(1, _TILE_ELEMS // block_c)
         items = item_bound(num_experts, max_rows, hidden, block_m, block_c, topk)
-        return KernelConfig(block_m=block_m, block_c=block_c, num_warps=4, ctas_per_sm=16, waves=4, idle_exit=True,
-                            target_programs=max(1, round(items / _ITEMS_PER_PROGRAM)), max_waves=16)
+        return KernelConfig(
+            block_m=block_m,
+            block_c=block_c,
+            num_warps=4,
+            ctas_per_sm=16,
+            waves=4,
+            idle_exit=True,
+            target_programs=max(1, round(items / _ITEMS_PER_PROGRAM)),
+            max_waves=16,
+        )
     block_m = max(1, _DECODE_TILE_ELEMS // block_c)
-    return KernelConfig(block_m=block_m, block_c=block_c, num_warps=4, ctas_per_sm=16, idle_exit=True,
-                        max_programs=max(1, item_bound(num_experts, max_rows, hidden, block_m, block_c, topk)),
-                        front_load=True)
+    return KernelConfig(
+        block_m=block_m,
+        block_c=block_c,
+        num_warps=4,
+        ctas_per_sm=16,
+        idle_exit=True,
+        max_programs=max(1, item_bound(num_experts, max_rows, hidden, block_m, block_c, topk)),
+        front_load=True,
+    )
 
 
 def row_bound(num_experts: int, max_rows: int, topk: int = 8) -> int:

@@ -50,8 +50,10 @@ class MegaTolerance:
     row_atol: float = 1e-3
 
     def describe(self) -> str:
-        return (f"relative L2 over all rows <= {self.total_rtol:g}, per row <= {self.row_rtol:g} x |ref row| "
-                f"+ {self.row_atol:g} x sqrt(hidden)")
+        return (
+            f"relative L2 over all rows <= {self.total_rtol:g}, per row <= {self.row_rtol:g} x |ref row| "
+            f"+ {self.row_atol:g} x sqrt(hidden)"
+        )
 
 
 MEGA_TOLERANCE = MegaTolerance()
@@ -69,7 +71,10 @@ def find_unwritten_rows(y: torch.Tensor, num_tokens: int) -> str | None:
 
 
 def compare_with_reference(
-    inputs: mm.MegaMoEInputs, y: torch.Tensor, shape: mm.MegaMoEShape, config: mm.MegaMoEConfig,
+    inputs: mm.MegaMoEInputs,
+    y: torch.Tensor,
+    shape: mm.MegaMoEShape,
+    config: mm.MegaMoEConfig,
     tolerance: MegaTolerance = MEGA_TOLERANCE,
 ) -> str | None:
     """None when ``y[:T]`` is within ``tolerance`` of ``mega_reference`` on ``inputs``; else the first offence."""
@@ -82,7 +87,11 @@ def compare_with_reference(
 
 
 def compare_rows(
-    y: torch.Tensor, reference: torch.Tensor, topk_ids: torch.Tensor | None, hidden: int, tolerance: MegaTolerance = MEGA_TOLERANCE,
+    y: torch.Tensor,
+    reference: torch.Tensor,
+    topk_ids: torch.Tensor | None,
+    hidden: int,
+    tolerance: MegaTolerance = MEGA_TOLERANCE,
 ) -> str | None:
     """None when the rows ``y`` are within ``tolerance`` of ``reference`` (same row count); else the first offence."""
     ref = reference.double().cpu()
@@ -97,9 +106,11 @@ def compare_rows(
     if (err > bound).any():
         row = int((err > bound).nonzero()[0, 0])
         ids = topk_ids[row].tolist() if topk_ids is not None else []
-        return (f"y row {row} (experts {ids}) is {err[row].item():.4g} from the reference (L2), over the bound "
-                f"{bound[row].item():.4g} (|ref row| {ref[row].norm().item():.4g}); {int((err > bound).sum())} row(s) off; "
-                f"{tolerance.describe()}")
+        return (
+            f"y row {row} (experts {ids}) is {err[row].item():.4g} from the reference (L2), over the bound "
+            f"{bound[row].item():.4g} (|ref row| {ref[row].norm().item():.4g}); {int((err > bound).sum())} row(s) off; "
+            f"{tolerance.describe()}"
+        )
     total = ref.norm().item()
     rel = (got - ref).norm().item() / total if total > 0 else 0.0
     if rel > tolerance.total_rtol:
@@ -145,7 +156,9 @@ class MegaMoEConformance:
         work = 3 * shape.hidden * shape.intermediate * (shape.num_experts + tokens * shape.top_k)
         return 1e5 + work * (4 if case.config.variant == "sm90_fp8" else 1)
 
-    def real_outputs(self, inputs: mm.MegaMoEInputs, outputs: mm.MegaMoEOutputs, case: SuiteCase) -> list[tuple[str, torch.Tensor]]:
+    def real_outputs(
+        self, inputs: mm.MegaMoEInputs, outputs: mm.MegaMoEOutputs, case: SuiteCase
+    ) -> list[tuple[str, torch.Tensor]]:
         """The token rows ``y[:T]`` (what the determinism check compares)."""
         return [("y", outputs.y[: inputs.num_tokens])]
 
@@ -168,7 +181,10 @@ class MegaMoEConformance:
     def inputs_changed(self, snapshot: mm.MegaMoEInputs, inputs: mm.MegaMoEInputs, case: SuiteCase) -> str | None:
         def tensors(x: mm.MegaMoEInputs) -> list[tuple[str, torch.Tensor | None]]:
             out: list[tuple[str, torch.Tensor | None]] = [
-                ("hidden_states", x.hidden_states), ("topk_ids", x.topk_ids), ("topk_weights", x.topk_weights)]
+                ("hidden_states", x.hidden_states),
+                ("topk_ids", x.topk_ids),
+                ("topk_weights", x.topk_weights),
+            ]
             for name in ("l1_weights", "l2_weights", "shared_l1_weights", "shared_l2_weights"):
                 p = getattr(x, name)
                 out += [(f"{name}[0]", None if p is None else p[0]), (f"{name}[1]", None if p is None else p[1])]
@@ -181,7 +197,9 @@ class MegaMoEConformance:
                 continue
             if before.shape != after.shape or before.dtype != after.dtype:
                 return f"{name} changed shape/dtype"
-            if before.numel() and not torch.equal(before.reshape(-1).view(torch.uint8), after.reshape(-1).view(torch.uint8)):
+            if before.numel() and not torch.equal(
+                before.reshape(-1).view(torch.uint8), after.reshape(-1).view(torch.uint8)
+            ):
                 return f"{name} changed during run(); the host reuses it"
         return None
 

@@ -165,17 +165,31 @@ def make_problem(
         return t.to(device)
 
     shape, config = mm.describe(
-        to(x), to(ids), to(weights),
-        l1_weights=(to(d1), to(sf1)), l2_weights=(to(d2), to(sf2)),
-        variant=variant, num_experts=experts, hidden_size=hidden, intermediate_size=inter, top_k=top_k,
-        activation_clamp=clamp, routed_scaling_factor=rsf,
-        num_shared_experts=1 if shared else 0, shared_l1_weights=shared_l1, shared_l2_weights=shared_l2,
+        to(x),
+        to(ids),
+        to(weights),
+        l1_weights=(to(d1), to(sf1)),
+        l2_weights=(to(d2), to(sf2)),
+        variant=variant,
+        num_experts=experts,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        top_k=top_k,
+        activation_clamp=clamp,
+        routed_scaling_factor=rsf,
+        num_shared_experts=1 if shared else 0,
+        shared_l1_weights=shared_l1,
+        shared_l2_weights=shared_l2,
         max_tokens_per_rank=max_tokens_per_rank,
     )
     inputs = mm.MegaMoEInputs(
-        hidden_states=to(x), topk_ids=to(ids), topk_weights=to(weights),
-        l1_weights=(to(d1), to(sf1)), l2_weights=(to(d2), to(sf2)),
-        shared_l1_weights=shared_l1, shared_l2_weights=shared_l2,
+        hidden_states=to(x),
+        topk_ids=to(ids),
+        topk_weights=to(weights),
+        l1_weights=(to(d1), to(sf1)),
+        l2_weights=(to(d2), to(sf2)),
+        shared_l1_weights=shared_l1,
+        shared_l2_weights=shared_l2,
     )
     return MegaProblem(inputs, shape, config, w1, w2, s1, s2)
 
@@ -224,8 +238,13 @@ def _random_case(rng: random.Random, platform: Platform, budget: int) -> tuple[m
     clamp = rng.choice((None, 10.0, 7.0, round(rng.uniform(0.5, 20.0), 3)))
     rsf = rng.choice((1.0, 1.0, 2.5, round(rng.uniform(0.1, 4.0), 3)))
     shape = mm.MegaMoEShape(experts, hidden, inter, top_k, 1 if shared else 0, 1, _SMALL_TOKENS_CAP)
-    config = mm.MegaMoEConfig(platform, variant, _weight_format(variant), activation_clamp=clamp,  # type: ignore[arg-type]
-                              routed_scaling_factor=rsf)
+    config = mm.MegaMoEConfig(
+        platform,
+        variant,
+        _weight_format(variant),
+        activation_clamp=clamp,  # type: ignore[arg-type]
+        routed_scaling_factor=rsf,
+    )
     return shape, config, _batch(tokens, rng.choice(ROUTINGS))
 
 
@@ -235,14 +254,28 @@ def draw_cases(options: SuiteOptions, platform: Platform, seed: int) -> list[Sui
     drawn: list[SuiteCase] = []
     counter = iter(range(1, 1 << 30))
 
-    def add(label: str, origin: str, shape: mm.MegaMoEShape, config: mm.MegaMoEConfig, batch: str = "", *,
-            execute: bool = True, note: str = "", group: str = "") -> None:
+    def add(
+        label: str,
+        origin: str,
+        shape: mm.MegaMoEShape,
+        config: mm.MegaMoEConfig,
+        batch: str = "",
+        *,
+        execute: bool = True,
+        note: str = "",
+        group: str = "",
+    ) -> None:
         case_seed = (seed * 1_000_003 + next(counter)) % (1 << 31)
         drawn.append(SuiteCase(label, origin, shape, config, batch, case_seed, execute, note, False, group))
 
     def config_for(variant: str, clamp: float | None = 10.0, rsf: float = 1.0) -> mm.MegaMoEConfig:
-        return mm.MegaMoEConfig(platform, variant, _weight_format(variant), activation_clamp=clamp,  # type: ignore[arg-type]
-                                routed_scaling_factor=rsf)
+        return mm.MegaMoEConfig(
+            platform,
+            variant,
+            _weight_format(variant),
+            activation_clamp=clamp,  # type: ignore[arg-type]
+            routed_scaling_factor=rsf,
+        )
 
     if options.catalog:
         for model in catalog_models(options, load_catalog()):
@@ -255,19 +288,39 @@ def draw_cases(options: SuiteOptions, platform: Platform, seed: int) -> list[Sui
                 for ep in options.eps:
                     if model.experts % ep:
                         continue
-                    shape = mm.MegaMoEShape(model.experts, model.hidden, model.inter, model.topk, shared, ep, _CATALOG_TOKENS_CAP)
-                    add(f"{name} EP{ep}", "catalog", shape, config, execute=False, group=model.short_name,
+                    shape = mm.MegaMoEShape(
+                        model.experts, model.hidden, model.inter, model.topk, shared, ep, _CATALOG_TOKENS_CAP
+                    )
+                    add(
+                        f"{name} EP{ep}",
+                        "catalog",
+                        shape,
+                        config,
+                        execute=False,
+                        group=model.short_name,
                         note="real size; the token count is not part of the shape: supports() only"
-                        + ("" if ep == 1 else " (EP > 1: the kernel is collective over ranks)"))
+                        + ("" if ep == 1 else " (EP > 1: the kernel is collective over ranks)"),
+                    )
                 per_expert = 3 * model.hidden * model.inter
                 run_experts = min(model.experts, 16, budget // per_expert)
                 if run_experts < 1:
                     continue
                 top_k = min(model.topk, run_experts)
-                small = mm.MegaMoEShape(run_experts, model.hidden, model.inter, top_k, min(shared, 1), 1, _CATALOG_TOKENS_CAP)
-                for kind, tokens, routing in (("decode", DECODE_TOKENS, "distinct"), ("prefill", PREFILL_TOKENS, "random")):
-                    add(f"{name} EP1 {kind} T={tokens} (run at E={run_experts} top_k={top_k}: size budget)", "catalog",
-                        small, config, _batch(tokens, routing), group=model.short_name)
+                small = mm.MegaMoEShape(
+                    run_experts, model.hidden, model.inter, top_k, min(shared, 1), 1, _CATALOG_TOKENS_CAP
+                )
+                for kind, tokens, routing in (
+                    ("decode", DECODE_TOKENS, "distinct"),
+                    ("prefill", PREFILL_TOKENS, "random"),
+                ):
+                    add(
+                        f"{name} EP1 {kind} T={tokens} (run at E={run_experts} top_k={top_k}: size budget)",
+                        "catalog",
+                        small,
+                        config,
+                        _batch(tokens, routing),
+                        group=model.short_name,
+                    )
     if options.edge_cases:
         for variant in mm.VARIANTS:
             inter = 512 if variant == "mxf4xmxf4" else 128  # small, but sizes the variant's kernels take
@@ -276,22 +329,63 @@ def draw_cases(options: SuiteOptions, platform: Platform, seed: int) -> list[Sui
                 return mm.MegaMoEShape(experts, 512, inter, top_k, shared, 1, _SMALL_TOKENS_CAP)
 
             edges = [
-                ("zero tokens", S(2, 2), config_for(variant), _batch(0, "random"),
-                 "T=0: y keeps one row (DeepGEMM rejects a null pointer); nothing to write"),
+                (
+                    "zero tokens",
+                    S(2, 2),
+                    config_for(variant),
+                    _batch(0, "random"),
+                    "T=0: y keeps one row (DeepGEMM rejects a null pointer); nothing to write",
+                ),
                 ("one token", S(2, 2), config_for(variant), _batch(1, "distinct"), "decode of a single sequence"),
-                ("unused experts", S(4, 2), config_for(variant), _batch(8, "unused"), "half of the experts receive no token"),
-                ("one hot expert", S(2, 2), config_for(variant), _batch(6, "hot"), "every token to expert 0, other slots masked"),
-                ("every slot masked", S(2, 2), config_for(variant), _batch(4, "masked"),
-                 "topk_ids all -1: each row must still be written (zeros)"),
+                (
+                    "unused experts",
+                    S(4, 2),
+                    config_for(variant),
+                    _batch(8, "unused"),
+                    "half of the experts receive no token",
+                ),
+                (
+                    "one hot expert",
+                    S(2, 2),
+                    config_for(variant),
+                    _batch(6, "hot"),
+                    "every token to expert 0, other slots masked",
+                ),
+                (
+                    "every slot masked",
+                    S(2, 2),
+                    config_for(variant),
+                    _batch(4, "masked"),
+                    "topk_ids all -1: each row must still be written (zeros)",
+                ),
                 ("top_k=1", S(2, 1), config_for(variant), _batch(5, "random"), "one expert per token"),
-                ("no clamp, rsf=2.5", S(2, 2), config_for(variant, None, 2.5), _batch(6, "distinct"),
-                 "activation_clamp None, routed_scaling_factor applied to the top-k weights"),
+                (
+                    "no clamp, rsf=2.5",
+                    S(2, 2),
+                    config_for(variant, None, 2.5),
+                    _batch(6, "distinct"),
+                    "activation_clamp None, routed_scaling_factor applied to the top-k weights",
+                ),
             ]
-            edges.append((f"many tokens T={MANY_TOKENS}", dataclasses.replace(S(2, 2), max_tokens_per_rank=512), config_for(variant),
-                          _batch(MANY_TOKENS, "random"), "more token rows than a 64-, 128- or 256-row tile"))
+            edges.append(
+                (
+                    f"many tokens T={MANY_TOKENS}",
+                    dataclasses.replace(S(2, 2), max_tokens_per_rank=512),
+                    config_for(variant),
+                    _batch(MANY_TOKENS, "random"),
+                    "more token rows than a 64-, 128- or 256-row tile",
+                )
+            )
             if variant == "fp8xfp4":
-                edges.append(("fused shared expert", S(2, 2, 1), config_for(variant, 10.0, 1.5), _batch(5, "random"),
-                              "SGLang fuses the FP8 shared expert into the fp8xfp4 call"))
+                edges.append(
+                    (
+                        "fused shared expert",
+                        S(2, 2, 1),
+                        config_for(variant, 10.0, 1.5),
+                        _batch(5, "random"),
+                        "SGLang fuses the FP8 shared expert into the fp8xfp4 call",
+                    )
+                )
             for label, shape, config, batch, why in edges:
                 add(f"{label} {variant}", "edge", shape, config, batch, note=why)
     rng = random.Random(seed)
@@ -305,15 +399,30 @@ def make_inputs(case: SuiteCase, device: torch.device) -> mm.MegaMoEInputs:
     """Fresh inputs of ``case`` on ``device`` (seeded by ``case.seed``); the problem must match the drawn shape and config."""
     shape, config = case.shape, case.config
     if shape.ep_size != 1 or shape.num_shared_experts > 1:
-        raise InvalidArgumentError("conformance", "case.shape", shape.describe(), "ep_size 1 and at most one shared expert (suite bug)")
+        raise InvalidArgumentError(
+            "conformance", "case.shape", shape.describe(), "ep_size 1 and at most one shared expert (suite bug)"
+        )
     tokens, routing = parse_batch(case.masked_m)
     problem = make_problem(
-        config.variant, experts=shape.num_experts, hidden=shape.hidden, inter=shape.intermediate, tokens=tokens,
-        top_k=shape.top_k, clamp=config.activation_clamp, rsf=config.routed_scaling_factor,
-        shared=shape.num_shared_experts == 1, device=device, seed=case.seed, routing=routing,
+        config.variant,
+        experts=shape.num_experts,
+        hidden=shape.hidden,
+        inter=shape.intermediate,
+        tokens=tokens,
+        top_k=shape.top_k,
+        clamp=config.activation_clamp,
+        rsf=config.routed_scaling_factor,
+        shared=shape.num_shared_experts == 1,
+        device=device,
+        seed=case.seed,
+        routing=routing,
         max_tokens_per_rank=shape.max_tokens_per_rank,
     )
     if problem.shape != shape or problem.config != config:
-        raise InvalidArgumentError("conformance", "case", f"{shape.describe()} [{config.describe()}]",
-                                   f"what describe() builds from its inputs: {problem.shape.describe()} [{problem.config.describe()}]")
+        raise InvalidArgumentError(
+            "conformance",
+            "case",
+            f"{shape.describe()} [{config.describe()}]",
+            f"what describe() builds from its inputs: {problem.shape.describe()} [{problem.config.describe()}]",
+        )
     return problem.inputs

@@ -171,7 +171,10 @@ def _real_rows(inputs: smq.SiluMulQuantInputs, shape: smq.SiluMulQuantShape) -> 
 
 
 def find_unwritten(
-    inputs: smq.SiluMulQuantInputs, outputs: smq.SiluMulQuantOutputs, shape: smq.SiluMulQuantShape, config: smq.SiluMulQuantConfig
+    inputs: smq.SiluMulQuantInputs,
+    outputs: smq.SiluMulQuantOutputs,
+    shape: smq.SiluMulQuantShape,
+    config: smq.SiluMulQuantConfig,
 ) -> str | None:
     """None when every real row holds no poison (or NaN); else where the first poisoned value is."""
     if shape.num_experts == 0 or shape.max_rows == 0:
@@ -241,13 +244,17 @@ def compare_with_fp64(
 
     def scale_bounds(allowance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         a = allowance.reshape(magnitude.shape)
-        return ((magnitude * (1 - a)).amax(-1).clamp_min(1e-10) / 448.0,
-                (magnitude * (1 + a)).amax(-1).clamp_min(1e-10) / 448.0)
+        return (
+            (magnitude * (1 - a)).amax(-1).clamp_min(1e-10) / 448.0,
+            (magnitude * (1 + a)).amax(-1).clamp_min(1e-10) / 448.0,
+        )
 
     # Scales.
     if config.scale_ue8m0:
         lo, hi = scale_bounds(fast + r)  # exact equality when there is no allowance
-        bad = (got_scale < torch.exp2(torch.ceil(torch.log2(lo)))) | (got_scale > torch.exp2(torch.ceil(torch.log2(hi))))
+        bad = (got_scale < torch.exp2(torch.ceil(torch.log2(lo)))) | (
+            got_scale > torch.exp2(torch.ceil(torch.log2(hi)))
+        )
         if bad.any():
             i, g = (int(x) for x in bad.nonzero()[0])
             return NumericsResult(
@@ -276,7 +283,9 @@ def compare_with_fp64(
                 scale_err,
             )
     # Values.
-    deq = (out.double().reshape(out.shape[0], shape.num_groups, shape.group_size) * got_scale.unsqueeze(-1)).reshape(out.shape)
+    deq = (out.double().reshape(out.shape[0], shape.num_groups, shape.group_size) * got_scale.unsqueeze(-1)).reshape(
+        out.shape
+    )
     s = got_scale.repeat_interleave(shape.group_size, dim=-1)
     err = (deq - v).abs()
     bound = torch.maximum(v.abs() * _HALF_FP8_STEP, s * _HALF_FP8_SUBNORMAL_STEP) * (1 + _ARITHMETIC_SLACK)
@@ -354,7 +363,9 @@ class SiluMulQuantConformance:
         """``inputs`` with other padding rows (see :func:`.silu_mul_quant_cases.repad`); None: no padding."""
         return repad(inputs, case)
 
-    def real_outputs(self, inputs: smq.SiluMulQuantInputs, outputs: smq.SiluMulQuantOutputs, case: SuiteCase) -> list[tuple[str, torch.Tensor]]:
+    def real_outputs(
+        self, inputs: smq.SiluMulQuantInputs, outputs: smq.SiluMulQuantOutputs, case: SuiteCase
+    ) -> list[tuple[str, torch.Tensor]]:
         """The real rows of ``out`` and ``scale`` (what the determinism and padding checks compare)."""
         shape = case.shape
         if shape.num_experts == 0 or shape.max_rows == 0:
@@ -366,7 +377,9 @@ class SiluMulQuantConformance:
     def snapshot(self, inputs: smq.SiluMulQuantInputs) -> smq.SiluMulQuantInputs:
         return dataclasses.replace(inputs, gateup=inputs.gateup.clone(), masked_m=inputs.masked_m.clone())
 
-    def inputs_changed(self, snapshot: smq.SiluMulQuantInputs, inputs: smq.SiluMulQuantInputs, case: SuiteCase) -> str | None:
+    def inputs_changed(
+        self, snapshot: smq.SiluMulQuantInputs, inputs: smq.SiluMulQuantInputs, case: SuiteCase
+    ) -> str | None:
         if not torch.equal(snapshot.masked_m, inputs.masked_m):
             return f"masked_m changed from {snapshot.masked_m.tolist()} to {inputs.masked_m.tolist()}"
         if case.inputs_writable or snapshot.gateup.numel() == 0:
@@ -377,7 +390,9 @@ class SiluMulQuantConformance:
             return f"gateup changed at expert {e} row {r} column {c}, though the caller did not mark it writable"
         return None
 
-    def find_unwritten(self, inputs: smq.SiluMulQuantInputs, outputs: smq.SiluMulQuantOutputs, case: SuiteCase) -> str | None:
+    def find_unwritten(
+        self, inputs: smq.SiluMulQuantInputs, outputs: smq.SiluMulQuantOutputs, case: SuiteCase
+    ) -> str | None:
         return find_unwritten(inputs, outputs, case.shape, case.config)
 
     def compare(self, inputs: smq.SiluMulQuantInputs, outputs: smq.SiluMulQuantOutputs, case: SuiteCase) -> str | None:

@@ -34,8 +34,16 @@ from ...hardware import Platform
 from ...ops import silu_mul_quant as smq
 from ..case import SuiteCase, SuiteOptions, catalog_models
 
-__all__ = ["MASKED_PATTERNS", "masked_pattern", "make_gateup", "case_elements", "draw_cases", "make_inputs",
-           "make_fresh_inputs", "repad"]
+__all__ = [
+    "MASKED_PATTERNS",
+    "masked_pattern",
+    "make_gateup",
+    "case_elements",
+    "draw_cases",
+    "make_inputs",
+    "make_fresh_inputs",
+    "repad",
+]
 
 #: How the real rows of a case are distributed over the experts.
 MASKED_PATTERNS = ("ragged", "uniform", "empty", "skewed", "full")
@@ -113,43 +121,113 @@ def _edge_cases(platform: Platform) -> list[tuple[str, smq.SiluMulQuantShape, sm
     S = smq.SiluMulQuantShape
     p = platform
     cases = [
-        ("N=6 column-major", S(3, 6, 256, 128, 2), _cfg(p), "ragged",
-         "N not a multiple of 4: column-major scales pad the row stride to 8"),
-        ("N=6 packed UE8M0, G=5", S(2, 6, 640, 128, 2), _cfg(p, scale_layout="ue8m0_packed"), "ragged",
-         "G not a multiple of 4: the last int32 of packed UE8M0 scales is partial"),
-        ("G=12 packed UE8M0", S(3, 4, 1536, 128, 4), _cfg(p, scale_layout="ue8m0_packed"), "uniform",
-         "three int32 of packed exponents per row"),
-        ("G=5 row-major", S(2, 5, 640, 128, 2), _cfg(p, scale_layout="row_major"), "ragged",
-         "contiguous fp32 scales with an odd group count"),
-        ("swiglu_limit=10", S(4, 8, 512, 128, 2), _cfg(p, swiglu_limit=10.0, scale_layout="row_major"), "ragged",
-         "DeepSeek-V4's clamped SwiGLU; inputs reach 100, past the limit"),
-        ("swiglu_limit=7.3 (not exact in bf16)", S(2, 8, 256, 128, 2), _cfg(p, swiglu_limit=7.3), "uniform",
-         "the limit is rounded to bf16 (7.3125) before clamping, as the host's kernels do"),
-        ("swizzle + swiglu_limit", S(4, 8, 512, 128, 2), _cfg(p, swiglu_limit=10.0, swizzle=True, scale_layout="row_major"),
-         "ragged", "gran-8 interleaved gate/up (DSV4 path)"),
+        (
+            "N=6 column-major",
+            S(3, 6, 256, 128, 2),
+            _cfg(p),
+            "ragged",
+            "N not a multiple of 4: column-major scales pad the row stride to 8",
+        ),
+        (
+            "N=6 packed UE8M0, G=5",
+            S(2, 6, 640, 128, 2),
+            _cfg(p, scale_layout="ue8m0_packed"),
+            "ragged",
+            "G not a multiple of 4: the last int32 of packed UE8M0 scales is partial",
+        ),
+        (
+            "G=12 packed UE8M0",
+            S(3, 4, 1536, 128, 4),
+            _cfg(p, scale_layout="ue8m0_packed"),
+            "uniform",
+            "three int32 of packed exponents per row",
+        ),
+        (
+            "G=5 row-major",
+            S(2, 5, 640, 128, 2),
+            _cfg(p, scale_layout="row_major"),
+            "ragged",
+            "contiguous fp32 scales with an odd group count",
+        ),
+        (
+            "swiglu_limit=10",
+            S(4, 8, 512, 128, 2),
+            _cfg(p, swiglu_limit=10.0, scale_layout="row_major"),
+            "ragged",
+            "DeepSeek-V4's clamped SwiGLU; inputs reach 100, past the limit",
+        ),
+        (
+            "swiglu_limit=7.3 (not exact in bf16)",
+            S(2, 8, 256, 128, 2),
+            _cfg(p, swiglu_limit=7.3),
+            "uniform",
+            "the limit is rounded to bf16 (7.3125) before clamping, as the host's kernels do",
+        ),
+        (
+            "swizzle + swiglu_limit",
+            S(4, 8, 512, 128, 2),
+            _cfg(p, swiglu_limit=10.0, swizzle=True, scale_layout="row_major"),
+            "ragged",
+            "gran-8 interleaved gate/up (DSV4 path)",
+        ),
         ("swizzle, group 32", S(2, 9, 96, 32, 2), _cfg(p, swizzle=True), "uniform", "swizzle with small groups"),
-        ("keep_fp32", S(2, 8, 256, 128, 2), _cfg(p, keep_fp32=True), "uniform",
-         "the caller requires fp32 intermediates: the strict tolerance applies"),
+        (
+            "keep_fp32",
+            S(2, 8, 256, 128, 2),
+            _cfg(p, keep_fp32=True),
+            "uniform",
+            "the caller requires fp32 intermediates: the strict tolerance applies",
+        ),
         ("group 16", S(2, 5, 64, 16, 2), _cfg(p), "ragged", "smallest group size"),
-        ("group 32 UE8M0", S(2, 4, 256, 32, 2), _cfg(p, scale_layout="ue8m0_packed"), "uniform", "group 32, packed scales"),
+        (
+            "group 32 UE8M0",
+            S(2, 4, 256, 32, 2),
+            _cfg(p, scale_layout="ue8m0_packed"),
+            "uniform",
+            "group 32, packed scales",
+        ),
         ("group 64 row-major", S(2, 7, 192, 64, 2), _cfg(p, scale_layout="row_major"), "ragged", "group 64"),
         ("group 256", S(2, 4, 512, 256, 2), _cfg(p), "uniform", "largest group size"),
         ("every expert empty", S(4, 8, 256, 128, 2), _cfg(p), "empty", "masked_m all zero: nothing to write"),
-        ("one hot expert", S(8, 16, 256, 128, 1), _cfg(p), "skewed", "one expert holds every row, the rest hold 0 or 1"),
-        ("experts full", S(4, 8, 256, 128, 4), _cfg(p, scale_layout="ue8m0_packed"), "full", "every row of every expert is real"),
+        (
+            "one hot expert",
+            S(8, 16, 256, 128, 1),
+            _cfg(p),
+            "skewed",
+            "one expert holds every row, the rest hold 0 or 1",
+        ),
+        (
+            "experts full",
+            S(4, 8, 256, 128, 4),
+            _cfg(p, scale_layout="ue8m0_packed"),
+            "full",
+            "every row of every expert is real",
+        ),
         ("E=1 N=1", S(1, 1, 128, 128, 1), _cfg(p), "full", "a single row"),
         ("zero rows", S(3, 8, 384, 128, 2), _cfg(p), "ragged", "all-zero rows and groups: absmax floored at 1e-10"),
-        ("tall expert N=320", S(2, 320, 256, 128, 2), _cfg(p), "ragged",
-         "masked_m[0] = 320: more real rows than a 64-, 128- or 256-row tile"),
-        ("tall expert N=300 UE8M0", S(3, 300, 128, 128, 4), _cfg(p, scale_layout="ue8m0_packed"), "full",
-         "every row of 3 experts real, 300 rows each: past a 256-row tile, with a partial last tile"),
+        (
+            "tall expert N=320",
+            S(2, 320, 256, 128, 2),
+            _cfg(p),
+            "ragged",
+            "masked_m[0] = 320: more real rows than a 64-, 128- or 256-row tile",
+        ),
+        (
+            "tall expert N=300 UE8M0",
+            S(3, 300, 128, 128, 4),
+            _cfg(p, scale_layout="ue8m0_packed"),
+            "full",
+            "every row of 3 experts real, 300 rows each: past a 256-row tile, with a partial last tile",
+        ),
         ("E=0", S(0, 4, 256, 128, 2), _cfg(p), "empty", "no local experts"),
         ("N=0", S(2, 0, 256, 128, 2), _cfg(p), "empty", "no rows"),
     ]
     return cases
 
 
-def _random_case(rng: random.Random, platform: Platform, max_elements: int) -> tuple[smq.SiluMulQuantShape, smq.SiluMulQuantConfig, str]:
+def _random_case(
+    rng: random.Random, platform: Platform, max_elements: int
+) -> tuple[smq.SiluMulQuantShape, smq.SiluMulQuantConfig, str]:
     e = rng.choice((1, 2, 3, 4, 8, 16, 32, rng.randint(1, 64)))
     n = rng.choice((1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 31, 64, rng.randint(1, 96)))
     group = rng.choice(smq.GROUP_SIZES)
@@ -178,8 +256,19 @@ def draw_cases(options: SuiteOptions, platform: Platform, seed: int) -> list[Sui
     seen: set[tuple[Any, ...]] = set()
     counter = iter(range(1, 1 << 30))
 
-    def add(label: str, origin: str, shape: Any, config: Any, pattern: str, *, execute: bool = True, note: str = "",
-            writable: bool = False, group: str = "", dedupe: str | None = None) -> None:
+    def add(
+        label: str,
+        origin: str,
+        shape: Any,
+        config: Any,
+        pattern: str,
+        *,
+        execute: bool = True,
+        note: str = "",
+        writable: bool = False,
+        group: str = "",
+        dedupe: str | None = None,
+    ) -> None:
         key = (shape, config, pattern if dedupe is None else dedupe, execute)
         if key in seen:
             return
@@ -210,16 +299,38 @@ def draw_cases(options: SuiteOptions, platform: Platform, seed: int) -> list[Sui
                             add(label, "catalog", call.shape, call.config, pattern, group=group)
                             continue
                         rows = max(1, budget // max(1, size // call.shape.max_rows))
-                        add(label, "catalog", call.shape, call.config, pattern, execute=False, group=group,
-                            note=f"over the size budget ({size} > {budget} input elements): supports() only")
+                        add(
+                            label,
+                            "catalog",
+                            call.shape,
+                            call.config,
+                            pattern,
+                            execute=False,
+                            group=group,
+                            note=f"over the size budget ({size} > {budget} input elements): supports() only",
+                        )
                         small = dataclasses.replace(call.shape, max_rows=rows)
-                        add(f"{label} (run at N={rows}: size budget)", "catalog", small, call.config, pattern,
-                            group=group, dedupe="scaled")
+                        add(
+                            f"{label} (run at N={rows}: size budget)",
+                            "catalog",
+                            small,
+                            call.config,
+                            pattern,
+                            group=group,
+                            dedupe="scaled",
+                        )
     if options.edge_cases:
         for label, shape, config, pattern, why in _edge_cases(platform):
             add(label, "edge", shape, config, pattern, note=why)
-        add("gateup writable", "edge", smq.SiluMulQuantShape(3, 8, 256, 128, 2), _cfg(platform, swiglu_limit=10.0),
-            "ragged", note="the caller lets the plugin overwrite gateup (the host's GEMM workspace)", writable=True)
+        add(
+            "gateup writable",
+            "edge",
+            smq.SiluMulQuantShape(3, 8, 256, 128, 2),
+            _cfg(platform, swiglu_limit=10.0),
+            "ragged",
+            note="the caller lets the plugin overwrite gateup (the host's GEMM workspace)",
+            writable=True,
+        )
     rng = random.Random(seed)
     for index in range(options.random_cases):
         shape, config, pattern = _random_case(rng, platform, budget)
