@@ -5,12 +5,12 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from . import mega_moe, silu_mul_quant
+from . import mega_moe, silu_mul_quant, silu_mul_quant_contig
 from .base import OpSpec
 
 __all__ = ["OPS", "OpSpec", "get_op"]
 
-OPS: Mapping[str, OpSpec] = MappingProxyType({spec.name: spec for spec in (silu_mul_quant.SPEC, mega_moe.SPEC)})
+OPS: Mapping[str, OpSpec] = MappingProxyType({spec.name: spec for spec in (silu_mul_quant.SPEC, mega_moe.SPEC, silu_mul_quant_contig.SPEC)})
 
 
 def get_op(name: str) -> OpSpec:

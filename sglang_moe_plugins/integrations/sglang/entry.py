@@ -5,7 +5,9 @@ SGLang's ``load_plugins()`` calls :func:`register` once per process. It register
 SGLang's ``HookRegistry`` on the host functions of the version table below, and nothing else:
 
 - ``_varlen_deep_gemm_silu_mul_quant`` (op ``silu_mul_quant``),
-- ``run_mega_routed_experts`` (op ``mega_moe``).
+- ``run_mega_routed_experts`` (op ``mega_moe``),
+- ``DeepGemmRunnerCore._run_contiguous_gemm`` and ``silu_and_mul_contig_post_quant`` (op ``silu_mul_quant_contig``,
+  the compact runner's activation step, :mod:`.contig`).
 
 The version table and the rule for releases it does not list live in :mod:`.versions`: a known
 release's targets are hooked when they resolve with the table's parameters; a newer release when all
@@ -49,7 +51,7 @@ _registered = False
 #: Ops left unhooked by ``stock`` (or, with ``on_config_error = stock`` and an invalid config, every op).
 _stock: frozenset[str] = frozenset()
 #: The ops this integration hooks.
-OPS: tuple[str, ...] = ("silu_mul_quant", "mega_moe")
+OPS: tuple[str, ...] = ("silu_mul_quant", "mega_moe", "silu_mul_quant_contig")
 #: How often each hook ran (:func:`hook_status`); the hooks bind ``CALLS[op].hit`` once, at import.
 CALLS: dict[str, EventCounter] = {op: EventCounter() for op in OPS}
 #: Kinds of unmodelled calls already logged (a fixed, small set: never argument values).
@@ -114,6 +116,8 @@ def register() -> None:
             logger.warning("sglang-moe-plugins: not hooking %s: op %s is stock (SGLang's own function runs it)",
                            check.path, check.op)
             continue
+        if failing is not None and target.hook.endswith(":contig_kernel_hook"):
+            continue  # failing closed, the runner hook of the same op raises first; the kernel stays SGLang's
         try:
             hook = target.hook_function() if failing is None else failing[check.op]
         except Exception as exc:  # noqa: BLE001 - a hook that cannot be imported must never break start-up

@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import pkgutil
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -38,10 +39,12 @@ __all__ = [
     "VersionCase",
     "SmqHost",
     "MegaHost",
+    "ContigHost",
     "KNOWN_TARGETS",
     "REQUIRE_KNOWN_ENV",
     "SMQ_TARGET",
     "MEGA_TARGET",
+    "CONTIG_RUNNER_TARGET",
     "sglang_version",
     "check_targets",
     "version_case",
@@ -51,6 +54,8 @@ __all__ = [
 
 SMQ_TARGET = "sglang.srt.layers.moe.moe_runner.deep_gemm._varlen_deep_gemm_silu_mul_quant"
 MEGA_TARGET = "sglang.srt.layers.moe.mega_moe.run_mega_routed_experts"
+#: The compact (contiguous) runner method whose activation step op ``silu_mul_quant_contig`` serves.
+CONTIG_RUNNER_TARGET = "sglang.srt.layers.moe.moe_runner.deep_gemm.DeepGemmRunnerCore._run_contiguous_gemm"
 #: Set to 1 to hook only releases of the table (a newer release then gets no hook).
 REQUIRE_KNOWN_ENV = "SGLANG_MOE_PLUGINS_REQUIRE_KNOWN_SGLANG"
 
@@ -98,6 +103,31 @@ class MegaHost:
 
 
 @dataclass(frozen=True)
+class ContigHost:
+    """What a release's ``DeepGemmRunnerCore._run_contiguous_gemm`` does in its activation step (0.5.20+).
+
+    The method has three activation branches (read from the wheels, checked by ``tests/test_sglang_releases.py``):
+    ``situ`` (its own kernels), the fused branch (SGLang's JIT ``silu_and_mul_contig_post_quant`` into
+    buffers the method allocates) taken when one of :attr:`fused_when` is true, and otherwise the two-kernel
+    branch (``silu_and_mul_clamp``/``silu_and_mul`` into a bf16 buffer, then ``sglang_per_token_group_quant_fp8``).
+    The fused branch allocates exactly the outputs the two-kernel branch returns (same dtypes and scale
+    layout, from the same UE8M0 flags), so the runner hook sends a two-kernel call through the fused branch
+    by setting :attr:`redirect` on the runner for the duration of the call, and serves the kernel call.
+
+    ``kernel_path``: where the method imports ``silu_and_mul_contig_post_quant`` from (inside the method,
+    so the hooked module attribute is what it gets). ``fused_when``: the runner attributes of the fused
+    branch's condition (``config.x`` is ``self.config.x``). ``redirect``: the attribute set to True to take
+    the fused branch (one that changes nothing else in the method: ``config.silu_mul_keep_fp32`` from
+    0.5.21; on 0.5.20, ``use_swizzle``, whose only other use is the kernel's ``swizzle`` argument, which the
+    hook then ignores).
+    """
+
+    kernel_path: str
+    fused_when: tuple[str, ...]
+    redirect: str
+
+
+@dataclass(frozen=True)
 class HookTarget:
     """A host function we hook: dotted path, op, the parameter names we rely on (in order), the hook
     function (``module:function``) and the host's behaviour record."""
@@ -106,7 +136,7 @@ class HookTarget:
     op: str
     parameters: tuple[str, ...]
     hook: str = ""
-    host: SmqHost | MegaHost | None = field(default=None, compare=True)
+    host: SmqHost | MegaHost | ContigHost | None = field(default=None, compare=True)
 
     def hook_function(self) -> Any:
         name = self.hook or _DEFAULT_HOOKS[self.op]
@@ -151,7 +181,27 @@ _MEGA_15 = _MEGA_10 + ("activation", "num_shared_experts", "shared_l1_weights", 
 
 _SMQ_HOOK = "sglang_moe_plugins.integrations.sglang.silu_mul_quant:silu_mul_quant_hook"
 _MEGA_HOOK = "sglang_moe_plugins.integrations.sglang.mega_moe:mega_moe_hook"
+_CONTIG_RUNNER_HOOK = "sglang_moe_plugins.integrations.sglang.contig:contig_runner_hook"
+_CONTIG_KERNEL_HOOK = "sglang_moe_plugins.integrations.sglang.contig:contig_kernel_hook"
 _DEFAULT_HOOKS = {"silu_mul_quant": _SMQ_HOOK, "mega_moe": _MEGA_HOOK}
+_CONTIG_RUNNER_PARAMS = ("self", "runner_input", "quant_info", "running_state")
+_CONTIG_KERNEL_PARAMS = (
+    "input", "output", "output_scale", "quant_group_size", "scale_ue8m0", "transposed", "swiglu_limit", "swizzle",
+)
+_CONTIG_OP = "silu_mul_quant_contig"
+
+
+def _contig_targets(kernel_module: str, fused_when: tuple[str, ...], redirect: str) -> tuple[HookTarget, HookTarget]:
+    host = ContigHost(f"{kernel_module}.silu_and_mul_contig_post_quant", fused_when, redirect)
+    return (HookTarget(CONTIG_RUNNER_TARGET, _CONTIG_OP, _CONTIG_RUNNER_PARAMS, _CONTIG_RUNNER_HOOK, host),
+            HookTarget(host.kernel_path, _CONTIG_OP, _CONTIG_KERNEL_PARAMS, _CONTIG_KERNEL_HOOK, host))
+
+
+_CONTIG_0520 = _contig_targets("sglang.kernels.ops.attention.dsv4", ("use_swizzle",), "use_swizzle")
+_CONTIG_0521 = _contig_targets("sglang.kernels.ops.moe.dsv4", ("use_swizzle", "config.silu_mul_keep_fp32"),
+                               "config.silu_mul_keep_fp32")
+_CONTIG_0523 = _contig_targets("sglang.kernels.ops.activation.silu_and_mul_clamp",
+                               ("use_swizzle", "config.silu_mul_keep_fp32"), "config.silu_mul_keep_fp32")
 
 # 0.5.16 picks the JIT kernel by shape (and SGLANG_OPT_USE_JIT_EP_ACTIVATION, default on), not by
 # argument; both of its kernels return row-major fp32 scales, so no argument changes the layout.
@@ -172,10 +222,10 @@ KNOWN_TARGETS: dict[str, tuple[HookTarget, ...]] = {
     "0.5.17": (_SMQ_0517,),
     "0.5.18": (_SMQ_0517,),
     "0.5.19": (_SMQ_0517,),
-    "0.5.20": (_SMQ_0517,),
-    "0.5.21": (_SMQ_0521, _MEGA_0521),
-    "0.5.22": (_SMQ_0521, _MEGA_0522),
-    "0.5.23": (_SMQ_0521, _MEGA_0523),
+    "0.5.20": (_SMQ_0517, *_CONTIG_0520),
+    "0.5.21": (_SMQ_0521, _MEGA_0521, *_CONTIG_0521),
+    "0.5.22": (_SMQ_0521, _MEGA_0522, *_CONTIG_0521),
+    "0.5.23": (_SMQ_0521, _MEGA_0523, *_CONTIG_0523),
 }
 
 _active: dict[str, HookTarget] = {}
@@ -202,8 +252,9 @@ def _release_key(version: str) -> tuple:
 
 
 def _resolve(path: str) -> Any:
-    module_path, attr = path.rsplit(".", 1)
-    return getattr(importlib.import_module(module_path), attr)
+    """The object at a dotted path: ``module.function`` or ``module.Class.method``, as SGLang's
+    ``HookRegistry`` resolves its targets (``pkgutil.resolve_name``)."""
+    return pkgutil.resolve_name(path)
 
 
 def _check(target: HookTarget, label: str) -> TargetCheck:

@@ -1,0 +1,190 @@
+"""The hooks of op ``silu_mul_quant_contig``: the activation step of SGLang's compact (contiguous) runner.
+
+SGLang 0.5.20-0.5.23's ``DeepGemmRunnerCore._run_contiguous_gemm`` computes its activation step in one of
+three branches (:class:`.versions.ContigHost`): ``situ``; the fused branch, SGLang's JIT
+``silu_and_mul_contig_post_quant`` into an fp8 buffer and a scale buffer the method allocates (taken with a
+swizzled input or ``silu_mul_keep_fp32``); and otherwise two kernels, ``silu_and_mul_clamp`` /
+``silu_and_mul`` into a bf16 buffer, then ``sglang_per_token_group_quant_fp8``. The fused branch allocates
+exactly the outputs the two-kernel branch returns (same shapes, dtypes and scale layout, from the same UE8M0
+flags), and everything after the step is the same code.
+
+Two AROUND hooks serve the step without a copy of SGLang's method:
+
+- :func:`contig_runner_hook` on ``_run_contiguous_gemm`` reads the layer's step (D from the weights, the
+  group size, ``swiglu_limit``, swizzle, ``silu_mul_keep_fp32``, DeepGEMM's UE8M0 mode), binds the op for
+  it once per key (selection before anything changes: a call no plugin can run raises here), and runs
+  SGLang's method with that binding in a thread-local context. For the two-kernel branch it sets the
+  release's redirect attribute (``config.silu_mul_keep_fp32``; ``use_swizzle`` on 0.5.20) for the duration
+  of the call, so that the method takes its fused branch, and restores it afterwards, also on an error.
+- :func:`contig_kernel_hook` on ``silu_and_mul_contig_post_quant`` runs the bound op on SGLang's own
+  buffers when the call comes from a hooked runner call and is the step it expects; any other call of that
+  function (another caller, no context) runs SGLang's kernel unchanged.
+
+Calls the op does not model go to SGLang's own code unchanged, logged once per kind: the ``situ``
+activation, a device other than CUDA (MUSA runs its own two-kernel code) and a layer whose weights are
+not a 2-D gate/up matrix. Counted in ``stats()`` as delegations.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ... import api
+from ...core.bound import BoundOp
+from ...ops import silu_mul_quant_contig as contig
+from .entry import CALLS, delegate
+from .silu_mul_quant import _scale_ue8m0
+from .versions import ContigHost, active_target
+
+__all__ = ["contig_runner_hook", "contig_kernel_hook", "ContigStep", "runner_step"]
+
+_OP = contig.OP
+_contig_calls = CALLS[_OP].hit
+_local = threading.local()
+
+
+@dataclass(frozen=True)
+class ContigStep:
+    """The activation step a runner call will make, as read from the runner (no tensor data)."""
+
+    hidden: int
+    group_size: int
+    swiglu_limit: float | None
+    swizzle: bool
+    keep_fp32: bool
+    ue8m0: bool
+    #: The call takes SGLang's two-kernel branch, which the hook sends through the fused branch.
+    redirected: bool
+
+
+@dataclass(frozen=True)
+class _Context:
+    step: ContigStep
+    bound: BoundOp
+    device: Any
+
+
+def _attribute(runner: Any, dotted: str) -> Any:
+    owner = runner
+    *path, name = dotted.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    return getattr(owner, name)
+
+
+def _set_attribute(runner: Any, dotted: str, value: Any) -> None:
+    owner = runner
+    *path, name = dotted.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    setattr(owner, name, value)
+
+
+def runner_step(runner: Any, quant_info: Any, running_state: dict, host: ContigHost, ue8m0: bool) -> ContigStep | str:
+    """The step of this runner call, or why the op does not model it (a delegation kind)."""
+    config = runner.config
+    if getattr(config, "activation", "silu") != "silu":
+        return "activation"
+    weight = quant_info.w13_weight
+    if weight.dim() != 3 or weight.shape[1] % 2:
+        return "weights"
+    group = quant_info.block_shape[1] if getattr(quant_info, "use_mxfp8", False) else 128
+    fused = any(bool(_attribute(runner, name)) for name in host.fused_when)
+    swizzle = bool(runner.use_swizzle) and not running_state.get("deepep_v2_disable_contig_swizzle", False)
+    return ContigStep(
+        hidden=int(weight.shape[1]) // 2,
+        group_size=int(group),
+        swiglu_limit=runner.swiglu_limit,
+        swizzle=swizzle if fused else False,
+        # The fused branch computes the product in fp32; the two-kernel branch rounds it to bf16.
+        keep_fp32=fused,
+        ue8m0=ue8m0,
+        redirected=not fused,
+    )
+
+
+def _bind(step: ContigStep, device: Any) -> BoundOp:
+    """The bound op of ``step`` on ``device``: from the selector's cache of hooked-call keys, else checked,
+    selected and bound now (raises InvalidArgumentError / NoPluginAvailableError before SGLang runs)."""
+    selector = api.current_selector()
+    bound = selector.call_cache.get((_OP, step, device))
+    if bound is not None:
+        return bound
+    import torch
+
+    # An empty tensor of the step's width on the call's device: describe() reads its metadata only.
+    probe = torch.empty((0, 2 * step.hidden), dtype=torch.bfloat16, device=device)
+    shape, config = contig.describe(
+        probe, group_size=step.group_size, swiglu_limit=step.swiglu_limit, swizzle=step.swizzle,
+        scale_layout="ue8m0_packed" if step.ue8m0 else "row_major", keep_fp32=step.keep_fp32,
+    )
+    return selector.bind(_OP, shape, config)
+
+
+def contig_runner_hook(original: Callable[..., Any], runner: Any, runner_input: Any, quant_info: Any,
+                       running_state: dict, *args: Any, **kwargs: Any) -> Any:
+    """AROUND hook of ``DeepGemmRunnerCore._run_contiguous_gemm``: same arguments, same return value."""
+    _contig_calls()
+    call = (runner, runner_input, quant_info, running_state, *args)
+    device = runner_input.hidden_states.device
+    if device.type not in ("cuda", "cpu"):
+        return delegate(_OP, "device", f"device {device.type!r} (SGLang's own activation code)", original, call, kwargs)
+    host = active_target(_OP).host
+    step = runner_step(runner, quant_info, running_state, host, _scale_ue8m0())  # type: ignore[arg-type]
+    if isinstance(step, str):
+        detail = {"activation": "an activation other than silu (situ: SGLang's own kernels)",
+                  "weights": "gate/up weights that are not [E, 2*D, K]"}[step]
+        return delegate(_OP, step, detail, original, call, kwargs)
+    bound = _bind(step, device)
+    previous = getattr(_local, "context", None)
+    _local.context = _Context(step, bound, device)
+    try:
+        if not step.redirected:
+            return original(*call, **kwargs)
+        saved = _attribute(runner, host.redirect)
+        _set_attribute(runner, host.redirect, True)
+        try:
+            return original(*call, **kwargs)
+        finally:
+            _set_attribute(runner, host.redirect, saved)
+    finally:
+        _local.context = previous
+        if bound.checked:
+            api.current_selector().remember((_OP, step, device), bound)
+
+
+def contig_kernel_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """AROUND hook of ``silu_and_mul_contig_post_quant``: serves the runner's step on SGLang's buffers."""
+    context: _Context | None = getattr(_local, "context", None)
+    if context is None:  # not inside a hooked runner call: another caller's kernel
+        return original(*args, **kwargs)
+    try:
+        gateup, out, scale, group, ue8m0, transposed, limit, swizzle = _kernel_arguments(*args, **kwargs)
+    except TypeError:
+        return original(*args, **kwargs)
+    step = context.step
+    matches = (group == step.group_size and bool(ue8m0) == step.ue8m0 and bool(transposed) == step.ue8m0
+               and limit == step.swiglu_limit and (step.redirected or bool(swizzle) == step.swizzle)
+               and getattr(gateup, "dim", lambda: 0)() == 2 and gateup.shape[1] == 2 * step.hidden)
+    if not matches:
+        if step.redirected:  # the method took the branch the hook sent it to, with arguments it did not expect
+            from ...errors import MoEPluginsError
+
+            raise MoEPluginsError(
+                f"sglang-moe-plugins: op {_OP}: SGLang's fused contiguous kernel was called with group={group}, "
+                f"scale_ue8m0={ue8m0}, transposed={transposed}, swiglu_limit={limit}, input shape "
+                f"{tuple(getattr(gateup, 'shape', ()))}, not the step the runner hook read ({step}); set "
+                f"SGLANG_MOE_PLUGINS_STOCK={_OP} to leave this step to SGLang"
+            )
+        return original(*args, **kwargs)
+    outputs = contig.ContigOutputs(out, scale)
+    api.current_selector().call(context.bound, contig.ContigInputs(gateup, True), outputs, device=context.device)
+    return None
+
+
+def _kernel_arguments(input, output, output_scale, quant_group_size, scale_ue8m0=False, transposed=False,  # noqa: A002, ANN001
+                      swiglu_limit=None, swizzle=False) -> tuple:  # noqa: ANN001
+    """The kernel wrapper's parameters (identical in 0.5.20-0.5.23), bound by the interpreter itself."""
+    return input, output, output_scale, quant_group_size, scale_ue8m0, transposed, swiglu_limit, swizzle
