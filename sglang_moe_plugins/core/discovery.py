@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..config import ALLOW_ENV, UserConfig
 from ..errors import ConfigError
@@ -49,6 +50,7 @@ BUILTIN_PLUGINS = (
     "mega_w4a4",
     "mega_sm90_fp8",
     "mega_reference",
+    "contig_reference",
 )
 
 
@@ -115,7 +117,7 @@ def describe_entry_point(ep: Any) -> EntryPointInfo:
             dist_version = dist.version or None
     except (KeyboardInterrupt, GeneratorExit):
         raise
-    except BaseException:  # noqa: BLE001 - unreadable metadata: the entry point still counts, its origin is unknown
+    except BaseException:
         pass
     return EntryPointInfo(name, value, dist_name, dist_version, is_builtin(value, dist_name), ep)
 
@@ -127,7 +129,7 @@ def installed_entry_points(group: str) -> tuple[list[Any], list[tuple[str, str]]
         return list(entry_points(group=group)), []
     except (KeyboardInterrupt, GeneratorExit):
         raise
-    except BaseException:  # noqa: BLE001 - read the distributions one by one to find the broken one
+    except BaseException:
         pass
     found: list[Any] = []
     broken: list[tuple[str, str]] = []
@@ -141,7 +143,7 @@ def installed_entry_points(group: str) -> tuple[list[Any], list[tuple[str, str]]
             found += [ep for ep in dist.entry_points if ep.group == group]
         except (KeyboardInterrupt, GeneratorExit):
             raise
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             broken.append((str(getattr(dist, "_path", "?")), f"{type(exc).__name__}: {exc}"))
     return found, broken
 
