@@ -97,6 +97,8 @@ def _module_and_name(path: str) -> tuple[str, str]:
 @pytest.mark.parametrize("release", RELEASES)
 def test_targets_present_with_the_tables_parameters(release: str) -> None:
     for target in KNOWN_TARGETS[release]:
+        if target.op == "silu_mul_quant_contig":  # a method and a re-exported kernel: test_sglang_releases_contig.py
+            continue
         member, name = _module_and_name(target.path)
         fn = _function(release, member, name)
         assert fn is not None, f"sglang {release}: {target.path} is missing"
