@@ -7,6 +7,7 @@ File format (every table optional)::
                                          # "stock": the package is off and SGLang runs its own code
     allow = ["my_kernels"]               # third-party plugins (entry-point names) that may load; unset: all
     stock = ["mega_moe"]                 # ops left unhooked: SGLang's own function runs them
+    masked_layout = "measured"           # or "sglang": SGLang's activation guard decides the layout alone
     debug = false                        # check every call's outputs, not only the first per shape key
     disable = ["jit_ep"]                 # never select these
     enable = ["my_experimental_kernel"]  # turn on plugins that are off by default / disabled by env
@@ -28,6 +29,7 @@ Environment:
 - ``SGLANG_MOE_PLUGINS_ALLOW=a,b``: replaces ``allow`` (the third-party plugins that may load).
 - ``SGLANG_MOE_PLUGINS_STOCK=op,op``: adds to ``stock`` (ops left to SGLang's own function).
 - ``SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR=closed|stock``: sets ``on_config_error``.
+- ``SGLANG_MOE_PLUGINS_MASKED_LAYOUT=measured|sglang``: sets ``masked_layout``.
 - ``SGLANG_MOE_PLUGINS_STRICT=1``: sets ``strict``.
 - ``SGLANG_MOE_PLUGINS_DEBUG=1``: sets ``debug``.
 - SGLang's older switches are translated (and reported by ``doctor``/``list``):
@@ -62,6 +64,8 @@ __all__ = [
     "STOCK_ENV",
     "ON_CONFIG_ERROR_ENV",
     "ON_CONFIG_ERROR_CHOICES",
+    "MASKED_LAYOUT_ENV",
+    "MASKED_LAYOUT_CHOICES",
     "MAX_CONFIG_BYTES",
     "config_error_policy",
     "LEGACY_ENV",
@@ -79,6 +83,11 @@ STOCK_ENV = "SGLANG_MOE_PLUGINS_STOCK"
 ON_CONFIG_ERROR_ENV = "SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR"
 #: ``closed``: hooks installed, every hooked call raises the error; ``stock``: no hooks, SGLang's own code runs.
 ON_CONFIG_ERROR_CHOICES = ("closed", "stock")
+MASKED_LAYOUT_ENV = "SGLANG_MOE_PLUGINS_MASKED_LAYOUT"
+#: ``measured``: where a plugin serves the masked call and the masked layout was measured faster, SGLang's
+#: activation guard (``_masked_activation_unsupported_reason``) no longer refuses it; ``sglang``: the guard
+#: is SGLang's own (the decision given back). SGLang's memory policy decides after the guard in both cases.
+MASKED_LAYOUT_CHOICES = ("measured", "sglang")
 #: Priorities must fit a signed 64-bit integer.
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 LEGACY_JIT_EP = "SGLANG_OPT_USE_JIT_EP_ACTIVATION"
@@ -87,7 +96,7 @@ LEGACY_MXF4_KIND = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_MXF4_KIND"
 LEGACY_ENV = (LEGACY_JIT_EP, LEGACY_FP4_ACTS, LEGACY_MXF4_KIND)
 
 _TOP_KEYS = ("strict", "debug", "on_config_error", "allow", "stock", "disable", "enable", "priority", "force", "options",
-             "priority_rules")
+             "priority_rules", "masked_layout")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 #: Priority given to mega_w4a4 when a legacy FP4-activation switch asks for it.
@@ -111,6 +120,8 @@ class UserConfig:
     allow: frozenset[str] | None = None
     #: Ops left unhooked: SGLang's own function runs them.
     stock: frozenset[str] = frozenset()
+    #: Who decides whether an activation-guarded config may take the masked layout (:data:`MASKED_LAYOUT_CHOICES`).
+    masked_layout: str = "measured"
     disable: frozenset[str] = frozenset()
     enable: frozenset[str] = frozenset()
     priority: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
@@ -202,6 +213,12 @@ def _policy(value: Any, origin: str) -> str:
     return str(value)
 
 
+def _masked_layout(value: Any, origin: str) -> str:
+    if value not in MASKED_LAYOUT_CHOICES:
+        raise ConfigError(f"{origin} must be one of {', '.join(map(repr, MASKED_LAYOUT_CHOICES))}, got {value!r}")
+    return str(value)
+
+
 def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConfig:
     """Check the form of a parsed TOML document and build a UserConfig."""
     where = f" in {source}" if source else ""
@@ -215,6 +232,7 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConf
     if not isinstance(debug, bool):
         raise ConfigError(f"debug{where} must be true or false, got {debug!r}")
     on_config_error = _policy(data.get("on_config_error", "closed"), f"on_config_error{where}")
+    masked_layout = _masked_layout(data.get("masked_layout", "measured"), f"masked_layout{where}")
     allow = _string_list(data["allow"], "allow", where) if "allow" in data else None
     stock = _string_list(data.get("stock", []), "stock", where, "op names")
     disable = _string_list(data.get("disable", []), "disable", where)
@@ -246,6 +264,7 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConf
         on_config_error=on_config_error,
         allow=allow,
         stock=stock,
+        masked_layout=masked_layout,
         disable=disable,
         enable=enable,
         priority=_frozen(priority),
@@ -305,6 +324,10 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
     on_config_error = config.on_config_error
     if env.get(ON_CONFIG_ERROR_ENV, "").strip():
         on_config_error = _policy(env[ON_CONFIG_ERROR_ENV].strip().lower(), ON_CONFIG_ERROR_ENV)
+    masked_layout = config.masked_layout
+    if env.get(MASKED_LAYOUT_ENV, "").strip():
+        masked_layout = _masked_layout(env[MASKED_LAYOUT_ENV].strip().lower(), MASKED_LAYOUT_ENV)
+        notes.append(f"{MASKED_LAYOUT_ENV}={env[MASKED_LAYOUT_ENV]!r} -> masked_layout = {masked_layout!r}")
     if _env_flag(env, STRICT_ENV):
         strict = True
         notes.append(f"{STRICT_ENV}=1 -> strict = true")
@@ -332,6 +355,7 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
         on_config_error=on_config_error,
         allow=allow,
         stock=frozenset(stock),
+        masked_layout=masked_layout,
         disable=frozenset(disable),
         enable=frozenset(enable),
         priority=_frozen(priority),

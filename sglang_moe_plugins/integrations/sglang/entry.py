@@ -40,7 +40,7 @@ from ...counters import EventCounter, counter
 from ...log import LogOnce
 from .versions import TargetCheck, set_active_targets, version_case
 
-__all__ = ["OPS", "CALLS", "register", "hook_status", "delegate"]
+__all__ = ["OPS", "CALLS", "register", "hook_status", "hooked_ops", "delegate"]
 
 logger = get_logger(__name__)
 
@@ -50,6 +50,8 @@ _last_checks: tuple[TargetCheck, ...] = ()
 _registered = False
 #: Ops left unhooked by ``stock`` (or, with ``on_config_error = stock`` and an invalid config, every op).
 _stock: frozenset[str] = frozenset()
+#: Ops whose hooks (not failing closed) are installed in this process.
+_hooked: frozenset[str] = frozenset()
 #: The ops this integration hooks.
 OPS: tuple[str, ...] = ("silu_mul_quant", "mega_moe", "silu_mul_quant_contig")
 #: How often each hook ran (:func:`hook_status`); the hooks bind ``CALLS[op].hit`` once, at import.
@@ -70,7 +72,7 @@ def register() -> None:
     ``stock`` (``SGLANG_MOE_PLUGINS_STOCK``) are not hooked at all (with an invalid configuration, the
     environment variable still counts).
     """
-    global _last_checks, _registered, _stock
+    global _last_checks, _registered, _stock, _hooked
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     failing = None
@@ -116,8 +118,8 @@ def register() -> None:
             logger.warning("sglang-moe-plugins: not hooking %s: op %s is stock (SGLang's own function runs it)",
                            check.path, check.op)
             continue
-        if failing is not None and target.hook.endswith(":contig_kernel_hook"):
-            continue  # failing closed, the runner hook of the same op raises first; the kernel stays SGLang's
+        if failing is not None and target.hook.endswith((":contig_kernel_hook", ":masked_guard_hook")):
+            continue  # failing closed: the op's main hook raises first; these stay SGLang's own functions
         try:
             hook = target.hook_function() if failing is None else failing[check.op]
         except Exception as exc:  # noqa: BLE001 - a hook that cannot be imported must never break start-up
@@ -128,6 +130,8 @@ def register() -> None:
         hooked.append(target)
         logger.info("sglang-moe-plugins: hooked %s (op %s)", check.path, check.op)
     set_active_targets(tuple(hooked))
+    if failing is None:
+        _hooked = frozenset(t.op for t in hooked)
     _registered = True
     if hooked:
         start_metrics_export()  # only when SGLang runs with --enable-metrics (PROMETHEUS_MULTIPROC_DIR)
@@ -146,6 +150,11 @@ def _failing_hook(op: str, error: BaseException) -> Callable[..., Any]:
 
     failing.__name__ = f"{op}_hook_failing_closed"
     return failing
+
+
+def hooked_ops() -> frozenset[str]:
+    """The ops whose hooks serve calls in this process (registered, not stock, not failing closed)."""
+    return _hooked
 
 
 def hook_status() -> dict[str, Any]:

@@ -45,6 +45,7 @@ __all__ = [
     "SMQ_TARGET",
     "MEGA_TARGET",
     "CONTIG_RUNNER_TARGET",
+    "GUARD_TARGET",
     "sglang_version",
     "check_targets",
     "version_case",
@@ -197,6 +198,10 @@ def _contig_targets(kernel_module: str, fused_when: tuple[str, ...], redirect: s
             HookTarget(host.kernel_path, _CONTIG_OP, _CONTIG_KERNEL_PARAMS, _CONTIG_KERNEL_HOOK, host))
 
 
+#: SGLang's activation guard of the masked layout (0.5.20+), hooked with op ``silu_mul_quant`` (:mod:`.layout`).
+GUARD_TARGET = "sglang.srt.layers.moe.moe_runner.deep_gemm._masked_activation_unsupported_reason"
+_GUARD = HookTarget(GUARD_TARGET, "silu_mul_quant", ("runner_config", "quant_info"),
+                    "sglang_moe_plugins.integrations.sglang.layout:masked_guard_hook")
 _CONTIG_0520 = _contig_targets("sglang.kernels.ops.attention.dsv4", ("use_swizzle",), "use_swizzle")
 _CONTIG_0521 = _contig_targets("sglang.kernels.ops.moe.dsv4", ("use_swizzle", "config.silu_mul_keep_fp32"),
                                "config.silu_mul_keep_fp32")
@@ -222,10 +227,10 @@ KNOWN_TARGETS: dict[str, tuple[HookTarget, ...]] = {
     "0.5.17": (_SMQ_0517,),
     "0.5.18": (_SMQ_0517,),
     "0.5.19": (_SMQ_0517,),
-    "0.5.20": (_SMQ_0517, *_CONTIG_0520),
-    "0.5.21": (_SMQ_0521, _MEGA_0521, *_CONTIG_0521),
-    "0.5.22": (_SMQ_0521, _MEGA_0522, *_CONTIG_0521),
-    "0.5.23": (_SMQ_0521, _MEGA_0523, *_CONTIG_0523),
+    "0.5.20": (_SMQ_0517, _GUARD, *_CONTIG_0520),
+    "0.5.21": (_SMQ_0521, _GUARD, _MEGA_0521, *_CONTIG_0521),
+    "0.5.22": (_SMQ_0521, _GUARD, _MEGA_0522, *_CONTIG_0521),
+    "0.5.23": (_SMQ_0521, _GUARD, _MEGA_0523, *_CONTIG_0523),
 }
 
 _active: dict[str, HookTarget] = {}
@@ -324,7 +329,8 @@ def check_targets(version: str | None = None, table: Mapping[str, tuple[HookTarg
 def set_active_targets(targets: tuple[HookTarget, ...]) -> None:
     """Record the table entries :func:`register` hooked (the hooks read their host record from here)."""
     _active.clear()
-    _active.update({t.op: t for t in targets})
+    for target in targets:  # an op's first target carries its host record (a guard hook may follow it)
+        _active.setdefault(target.op, target)
 
 
 def active_target(op: str) -> HookTarget:
