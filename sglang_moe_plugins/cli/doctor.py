@@ -99,6 +99,19 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         return _doctor(args)
 
 
+def _masked_layout_text(config: Any) -> str:
+    """The ``masked_layout`` setting and what it does on this install (integrations/sglang/layout.py)."""
+    if config.masked_layout != "measured":
+        return f"{config.masked_layout!r}: SGLang's activation guard alone decides which configs may take the masked layout"
+    from ..integrations.sglang.layout import measured_configs
+
+    table = measured_configs()
+    faster = sorted(f"E={e} D={d} group={g}{' clamped' if c else ''}" for (e, d, g, c), v in table.items() if v["masked_faster"])
+    return ("'measured': SGLang 0.5.20+'s activation guard is lifted where a plugin serves the masked call and the masked "
+            f"layout measured faster: {', '.join(faster) if faster else 'no config measured faster, so none'} "
+            "(SGLANG_MOE_PLUGINS_MASKED_LAYOUT=sglang gives the decision back)")
+
+
 def _doctor(args: argparse.Namespace) -> int:
     import torch
 
@@ -121,7 +134,8 @@ def _doctor(args: argparse.Namespace) -> int:
     warnings: list[str] = []
     if registry is not None:
         config = registry.config
-        report["config"] = {"file": config.source, "strict": config.strict, "notes": list(config.notes),
+        report["config"] = {"file": config.source, "strict": config.strict, "masked_layout": _masked_layout_text(config),
+                            "notes": list(config.notes),
                             "force": dict(config.force), "allow": None if config.allow is None else sorted(config.allow),
                             "priority_rules": [r.describe() for r in config.priority_rules]}
         forced = {name for name in config.force.values()}
@@ -171,6 +185,7 @@ def _doctor(args: argparse.Namespace) -> int:
         allow_text = "unset (every installed plugin may load)" if config.allow is None else (", ".join(sorted(config.allow)) or "none")
         lines.append(f"config: file={report['config']['file'] or '(none; defaults)'} strict={report['config']['strict']}")
         lines.append(f"  allow (third-party plugins): {allow_text}")
+        lines.append(f"  masked layout: {report['config']['masked_layout']}")
         lines += [f"  note: {n}" for n in report["config"]["notes"]]
         lines += [f"  rule: {r}" for r in report["config"]["priority_rules"]]
         lines.append("plugins:")

@@ -27,7 +27,7 @@ from .util import UsageError, emit, parse_platform, platform_arg, positive_int, 
 
 __all__ = ["add_arguments", "add_explain_parser", "cmd_explain", "resolve_platform", "forced_here_warnings", "explain_calls"]
 
-OPS = ("silu_mul_quant", "mega_moe")
+OPS = ("silu_mul_quant", "mega_moe", "silu_mul_quant_contig")
 
 
 def resolve_platform(text: str) -> tuple[Platform, str]:
@@ -141,13 +141,54 @@ def explain_calls(args: argparse.Namespace, platform: Platform, ue8m0: bool) -> 
                               f"serves this model there and no plugin is involved"))
             elif "silu_mul_quant" in ops and tp_ok:
                 limit = "model" if args.model else args.limit
+                reach = _masked_reach(model, ep, args.tp, group_size, limit)
                 for case in silu_mul_quant_cases(model, ep=ep, tp=args.tp, rows=rows, platform=platform, ue8m0=ue8m0,
                                                  group_size=group_size, swiglu_limit=limit):
-                    cases.append((case.label, "silu_mul_quant", case.shape, case.config))
+                    cases.append((case.label + reach, "silu_mul_quant", case.shape, case.config))
             if "mega_moe" in ops:
                 for mega in mega_moe_cases(model, ep=ep, platform=platform):
                     cases.append((mega.label, "mega_moe", mega.shape, mega.config if mega.shape is not None else mega.note))
     return cases, notes
+
+
+def _layouts(args: argparse.Namespace, platform: Platform, ue8m0: bool, selector: Any) -> list[tuple[str, Any]]:
+    """Per model and EP size: the layout the installed SGLang takes, and what runs in it (cli/layout_view.py)."""
+    from .layout_view import layout_view
+
+    if args.op not in ("all", "silu_mul_quant", "silu_mul_quant_contig") or not deep_gemm_runner_runs_on(platform):
+        return []
+    views = []
+    stock = selector.registry.config.stock
+    for model in _models(args):
+        group_size = _group_size(args, model)
+        if model.gpt_oss_activation or model.inter % args.tp or (model.inter // args.tp) % group_size:
+            continue
+        limit = model.swiglu_limit if args.model else args.limit
+        for ep in dict.fromkeys(args.ep):
+            if model.experts % ep:
+                continue
+            view = layout_view(experts=model.experts // ep, hidden=model.inter // args.tp, group_size=group_size,
+                               swiglu_limit=limit, topk=model.topk, platform=platform, ue8m0=ue8m0, selector=selector,
+                               masked_layout=selector.registry.config.masked_layout, smq_hooked="silu_mul_quant" not in stock)
+            views.append((f"{model.short_name} EP{ep} TP{args.tp}", view))
+    return views
+
+
+def _masked_reach(model: ModelSpec, ep: int, tp: int, group_size: int, limit: Any) -> str:
+    """A label suffix where the installed SGLang's guard keeps standard dispatch off the masked layout."""
+    from ..integrations.sglang.versions import _release_key, sglang_version
+    from .layout_view import GUARD_RELEASE, sglang_guard_reason
+
+    release = sglang_version()
+    swiglu_limit = model.swiglu_limit if limit == "model" else limit
+    if release is None or _release_key(release) < _release_key(GUARD_RELEASE):
+        return ""
+    reason = sglang_guard_reason(experts=model.experts // ep, hidden=model.inter // tp, group_size=group_size,
+                                 swiglu_limit=swiglu_limit)
+    if reason is None:
+        return ""
+    return (f" [masked layout: SGLang {release}'s guard sends standard dispatch to the compact layout ({reason}) "
+            "unless the package lifts it (see 'DeepGEMM layouts'); DeepEP low-latency always calls it]")
 
 
 def _outcome(selection: Any, forced: str | None) -> str:
@@ -194,11 +235,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
                           "outcome": outcome, "note": None, "candidates": list(selection.candidates)})
     finally:
         quiet.setLevel(level)
-    if not calls:
+    layouts = _layouts(args, platform, ue8m0, selector)
+    blocks += [f"{label}: DeepGEMM layouts\n" + "\n".join(view.lines()) for label, view in layouts]
+    if not calls and not layouts:
         raise UsageError("--model", "no call matches these arguments")
     payload = {"platform": str(platform), "platform_source": platform_text, "ue8m0": ue8m0, "strict": registry.config.strict,
                "force": dict(registry.config.force), "notes": notes, "warnings": warnings, "calls": calls,
-               "priority_rules": [r.describe() for r in registry.config.priority_rules]}
+               "priority_rules": [r.describe() for r in registry.config.priority_rules],
+               "layouts": [{"call": label, **view.__dict__} for label, view in layouts]}
     emit(args, payload, "\n\n".join(blocks))
     return 0
 
