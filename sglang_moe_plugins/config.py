@@ -51,6 +51,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Hashable, Iterable, Mapping
 
+from .config_legacy import LEGACY_ENV, LEGACY_FP4_ACTS, LEGACY_JIT_EP, LEGACY_MXF4_KIND, LEGACY_W4A4_PRIORITY, translate_legacy
 from .config_file import CONFIG_ENV, MAX_CONFIG_BYTES, config_path as _config_path, parse_file as _parse_file
 from .errors import ConfigError
 from .priority_rules import PriorityRule, check_priority_rules, parse_priority_rules
@@ -90,17 +91,11 @@ MASKED_LAYOUT_ENV = "SGLANG_MOE_PLUGINS_MASKED_LAYOUT"
 MASKED_LAYOUT_CHOICES = ("measured", "sglang")
 #: Priorities must fit a signed 64-bit integer.
 _INT64 = (-(1 << 63), (1 << 63) - 1)
-LEGACY_JIT_EP = "SGLANG_OPT_USE_JIT_EP_ACTIVATION"
-LEGACY_FP4_ACTS = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_FP4_ACTS"
-LEGACY_MXF4_KIND = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_MXF4_KIND"
-LEGACY_ENV = (LEGACY_JIT_EP, LEGACY_FP4_ACTS, LEGACY_MXF4_KIND)
 
 _TOP_KEYS = ("strict", "debug", "on_config_error", "allow", "stock", "disable", "enable", "priority", "force", "options",
              "priority_rules", "masked_layout")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
-#: Priority given to mega_w4a4 when a legacy FP4-activation switch asks for it.
-LEGACY_W4A4_PRIORITY = 1000
 
 
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -335,20 +330,7 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
         debug = True
         notes.append(f"{DEBUG_ENV}=1 -> debug = true (every call's outputs are checked)")
 
-    if _env_flag(env, LEGACY_JIT_EP) is False and "jit_ep" not in enable:
-        disable.add("jit_ep")
-        provenance.setdefault("disable:jit_ep", f"disabled by legacy {LEGACY_JIT_EP}=0")
-        notes.append(f"legacy {LEGACY_JIT_EP}=0 translated to: disable jit_ep")
-    for legacy in (LEGACY_FP4_ACTS, LEGACY_MXF4_KIND):
-        if _env_flag(env, legacy) and "mega_w4a4" not in priority:
-            priority["mega_w4a4"] = LEGACY_W4A4_PRIORITY
-            provenance["priority:mega_w4a4"] = f"set by legacy {legacy}=1"
-            notes.append(
-                f"legacy {legacy}=1 translated to: priority.mega_w4a4 = {LEGACY_W4A4_PRIORITY} "
-                "(prefer W4A4 MegaMoE; not forwarded to DeepGEMM, whose 0.2.x releases refuse DG_USE_* variables). "
-                "W4A4 also needs the expert weights built for it (SGLang's --enable-w4a4-mxfp4-megamoe): the variant "
-                "follows the weights, so with W4A8 weights mega_w4a8 still runs"
-            )
+    translate_legacy(env, _env_flag, disable, enable, priority, provenance, notes)
     return UserConfig(
         strict=strict,
         debug=debug,
