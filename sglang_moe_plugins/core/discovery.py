@@ -51,6 +51,7 @@ BUILTIN_PLUGINS = (
     "mega_sm90_fp8",
     "mega_reference",
     "contig_reference",
+    "contig_triton",
 )
 
 
