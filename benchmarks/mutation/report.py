@@ -1,0 +1,59 @@
+"""Write the mutation run's Markdown report from its JSON (run_mutants.py) and :data:`HANDLED`.
+
+    python benchmarks/mutation/report.py benchmarks/mutation/results-2026-12-03.json > benchmarks/mutation/results-2026-12-03.md
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+COMMIT = "1462b1736a7efa312eb22c4b3090dfde57810030"
+SURVIVORS_FILE = "tests/test_mutation_survivors.py"
+
+#: Survivors of the first pass: how each is handled. "kill: <test>" (a test of SURVIVORS_FILE that kills it,
+#: re-run in the survivors pass) or "harmless: <why>".
+HANDLED: dict[str, str] = {}
+
+
+def render(data: dict) -> str:
+    rows = data["mutants"]
+    first = Counter((r["earlier"].split(" ")[0] if r.get("earlier") else r["status"]) for r in rows)
+    killed_first = first["killed"] + first["timeout"]
+    survived_first = [r for r in rows if (r.get("earlier") or r["status"]).startswith("survived")]
+    handled = [r for r in survived_first if r["id"] in HANDLED]
+    lines = [
+        "# Targeted mutation testing, 2026-12-03 (issue 32, item 1)",
+        "",
+        f"- Commit: `{COMMIT}` (a `git archive` copy in /tmp/mut-base; the checkout's files were never edited).",
+        "- Tool: `benchmarks/mutation/run_mutants.py` (targeted textual mutants listed in `mutants.py`; one at a",
+        "  time; one forked pytest child per mutant, `-x -q -p no:cacheprovider`, 180 s timeout). mutmut was not",
+        "  used: it mutates in place over a whole tree and runs the whole suite per mutant, far too slow on two",
+        "  shared cores (the suite's SGLang tests alone take several minutes).",
+        "- Scope: `sglang_moe_plugins/config.py`, `core/`, `integrations/sglang/` (failure policy, selection, config",
+        "  parsing, version cases, stock switch, delegation, the MegaMoE plan cache).",
+        "",
+        f"**{len(rows)} mutants: {killed_first} killed by the module's tests, {len(survived_first)} survived; "
+        f"{len(handled)} of the survivors handled** (a new test in `{SURVIVORS_FILE}` that kills it, re-run below, "
+        "or why it is harmless).",
+        "",
+        "| id | file:line | change | first pass | survivor handled |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        outcome = r.get("earlier") or f"{r['status']} ({r.get('group', '')})"
+        note = ""
+        if outcome.startswith("survived"):
+            note = HANDLED.get(r["id"], "**not handled**")
+            if r.get("earlier"):
+                note += f"; re-run against {r['group']}: **{r['status']}**"
+        change = f"`{r['before'][:70]}` -> `{r['after'][:70]}`".replace("|", "\\|")
+        lines.append(f"| {r['id']} | {r['file'].removeprefix('sglang_moe_plugins/')}:{r['line']} | {change} "
+                     f"({r['note']}) | {outcome} | {note} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render(json.loads(Path(sys.argv[1]).read_text())), end="")
