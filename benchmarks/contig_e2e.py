@@ -161,7 +161,13 @@ def warm(cases: list, args: argparse.Namespace, argv: list[str] | None) -> float
     t0 = time.time()
     order = sorted(cases, key=lambda c: -c.local_experts * c.inter * c.hidden)
     groups = [order[i :: args.warm_workers] for i in range(args.warm_workers)]
-    base = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("--warm-workers")]
+    given, base = list(sys.argv[1:] if argv is None else argv), []
+    while given:
+        a = given.pop(0)
+        if a == "--warm-workers":
+            given.pop(0)
+        elif not a.startswith("--warm-workers="):
+            base.append(a)
     procs = []
     for i, group in enumerate(g for g in groups if g):
         only = ",".join(f"{c.label}|" for c in group)  # exact labels
