@@ -74,7 +74,7 @@ def main() -> None:
             "commit": source_commit(ROOT),
             "device": device_name(),
             "cpu": _platform.processor() or _platform.machine(),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "repeats": args.repeats,
             "calls": args.calls,
             "versions": versions(),

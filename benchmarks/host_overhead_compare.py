@@ -105,7 +105,7 @@ def main() -> None:
             "before": commits["before"],
             "after": commits["after"],
             "rounds": args.rounds,
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "device": meta["device"],
             "cpu_count": meta["cpu_count"],
             "versions": meta["versions"],

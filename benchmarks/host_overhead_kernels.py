@@ -49,7 +49,7 @@ def main() -> int:
         "benchmark": "host_overhead_kernels",
         "commit": source_commit(ROOT),
         "versions": versions(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "iters": args.iters,
         "repeats": args.repeats,
     }

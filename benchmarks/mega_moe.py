@@ -33,7 +33,8 @@ import pathlib
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -94,7 +95,7 @@ def main() -> int:
         "driver": driver(),
         "commit": commit(ROOT),
         "versions": versions(),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
     rows = []
     args.out.mkdir(parents=True, exist_ok=True)

@@ -13,9 +13,9 @@ import pathlib
 import torch
 
 from sglang_moe_plugins.bench.sglang_kernels import SglangJit
-from sglang_moe_plugins.plugins.sglang_kernels.host import use_host_kernels
 from sglang_moe_plugins.ops import silu_mul_quant as smq
 from sglang_moe_plugins.plugins.sglang_kernels.fp8_fallback import Fp8FallbackPlugin
+from sglang_moe_plugins.plugins.sglang_kernels.host import use_host_kernels
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

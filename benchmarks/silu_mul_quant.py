@@ -89,7 +89,7 @@ def main() -> None:
 
     props = torch.cuda.get_device_properties(0)
     device = f"{props.name} ({props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB)"
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     l2 = int(getattr(props, "L2_cache_size", 50 << 20))
     import triton
 

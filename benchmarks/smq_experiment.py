@@ -89,7 +89,7 @@ def _dtypes(case):
     """The production kernel's four pointer dtypes, then the counter's."""
     from sglang_moe_plugins.plugins.triton_smq.launch import pointer_dtypes
 
-    return pointer_dtypes(case.ue8m0) + (torch.int32,)
+    return (*pointer_dtypes(case.ue8m0), torch.int32)
 
 
 def base_plan(case, strides):
@@ -149,7 +149,7 @@ def exp_launch(case, spec: dict, plan, sms: int):
         wave = sms * min(base.ctas_per_sm, resident)
         items = item_bound(case.E, case.N, case.D, base.block_m, base.block_c, case.topk)
         waves = min(max(amin, round(items / ipp / wave)), 16)
-        return waves * wave, plan.runtime + (max(1, round(ipp * wave)), amin, wave), ek, resident
+        return waves * wave, (*plan.runtime, max(1, round(ipp * wave)), amin, wave), ek, resident
     return plan.grid[0], runtime, ek, resident
 
 

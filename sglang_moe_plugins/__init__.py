@@ -19,6 +19,10 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve l
     from .api import dispatch, explain, get_registry, get_selector, reload, select, silu_mul_quant
     from .config import UserConfig, load_config
     from .contract import OptionValueError, Plugin, Support
+    from .core.bound import BoundOp
+    from .core.decide import Candidate, Selection, Verdict
+    from .core.dispatcher import Selector
+    from .core.registry import ENTRY_POINT_GROUP, PluginRecord, Registry
     from .counters import PluginStats, Stats, stats
     from .errors import (
         ConfigError,
@@ -31,10 +35,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names resolve l
     )
     from .hardware import Platform
     from .ops import OPS
-    from .core.bound import BoundOp
-    from .core.decide import Candidate, Selection, Verdict
-    from .core.dispatcher import Selector
-    from .core.registry import ENTRY_POINT_GROUP, PluginRecord, Registry
 
 __all__ = [
     "__version__",

@@ -26,9 +26,10 @@ Subclassing :class:`Plugin` is convenient but not required: the registry checks 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from ._version import CONTRACT_VERSION
 from .hardware import Platform
@@ -51,15 +52,15 @@ class Support:
         return self.ok
 
     @classmethod
-    def yes(cls, reason: str = "supported") -> "Support":
+    def yes(cls, reason: str = "supported") -> Support:
         return cls(True, reason)
 
     @classmethod
-    def no(cls, reason: str) -> "Support":
+    def no(cls, reason: str) -> Support:
         return cls(False, reason)
 
     @classmethod
-    def all_of(cls, *checks: "Support", ok_reason: str = "supported") -> "Support":
+    def all_of(cls, *checks: Support, ok_reason: str = "supported") -> Support:
         """The first failing check, or ``yes(ok_reason)`` when all pass."""
         for check in checks:
             if not check:

@@ -18,9 +18,10 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 __all__ = ["EventCounter", "PluginStats", "Stats", "counter", "stats", "process_rank", "reset_stats"]
 

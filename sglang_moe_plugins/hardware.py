@@ -35,11 +35,11 @@ class Platform:
     capability: tuple[int, int] | None = None
 
     @classmethod
-    def cpu(cls) -> "Platform":
+    def cpu(cls) -> Platform:
         return cls("cpu", None)
 
     @classmethod
-    def cuda(cls, major: int, minor: int = 0) -> "Platform":
+    def cuda(cls, major: int, minor: int = 0) -> Platform:
         return cls("cuda", (int(major), int(minor)))
 
     @property
@@ -58,7 +58,7 @@ class Platform:
         return self.describe()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cuda_platform(index: int) -> Platform:
     import torch  # once per device index (cached); the caller holds a CUDA tensor or device
 

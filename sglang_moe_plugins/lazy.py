@@ -10,7 +10,8 @@ same cost (a hooked call pays nothing for it). Type checkers see ``if TYPE_CHECK
 from __future__ import annotations
 
 import importlib
-from typing import Any, MutableMapping
+from collections.abc import MutableMapping
+from typing import Any
 
 __all__ = ["LazyModule", "lazy_module"]
 
@@ -18,7 +19,7 @@ __all__ = ["LazyModule", "lazy_module"]
 class LazyModule:
     """Stands in for module ``name`` under ``alias`` in ``namespace`` until one of its attributes is read."""
 
-    __slots__ = ("_name", "_namespace", "_alias")
+    __slots__ = ("_alias", "_name", "_namespace")
 
     def __init__(self, name: str, namespace: MutableMapping[str, Any], alias: str) -> None:
         self._name = name

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Hashable
+from collections.abc import Hashable
 
 from .counters import process_rank
 
@@ -60,7 +60,7 @@ class LogOnce:
     bounded when keys change on every call).
     """
 
-    __slots__ = ("_seen", "_lock", "_cap")
+    __slots__ = ("_cap", "_lock", "_seen")
 
     def __init__(self, cap: int = LOG_ONCE_CAP) -> None:
         self._seen: set[Hashable] = set()

@@ -20,13 +20,12 @@ initialised):
 from __future__ import annotations
 
 import atexit
-import logging
 import os
 import threading
 from typing import Any
 
-from .log import get_logger
 from .counters import stats
+from .log import get_logger
 
 __all__ = ["INTERVAL_S", "METRIC_NAMES", "start_metrics_export", "flush_metrics", "metrics_enabled"]
 
@@ -41,7 +40,7 @@ METRIC_NAMES = (
 )
 
 _lock = threading.Lock()
-_exporter: "_Exporter | None" = None
+_exporter: _Exporter | None = None
 
 
 def metrics_enabled() -> bool:

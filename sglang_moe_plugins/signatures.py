@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ast
 import inspect
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 __all__ = ["parameter_names", "accepted_keywords", "ast_parameter_names"]
 

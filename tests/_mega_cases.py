@@ -7,12 +7,10 @@ import json
 import pathlib
 from typing import Any
 
-
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
 from sglang_moe_plugins.plugins.deep_gemm.api import DeepGemmApi
-from sglang_moe_plugins.testing.ops.mega_moe_cases import MegaProblem
-from sglang_moe_plugins.testing.ops.mega_moe_cases import make_problem as _make_problem
+from sglang_moe_plugins.testing.ops.mega_moe_cases import MegaProblem, make_problem as _make_problem
 
 CATALOG = pathlib.Path(__file__).resolve().parents[1] / "sglang_moe_plugins" / "data" / "moe_models.json"
 
@@ -38,14 +36,15 @@ API_MMA_TYPE = DeepGemmApi(
     (
         (
             "get_symm_buffer_for_mega_moe",
-            _BUFFER + ("num_shared_experts", "use_fp8_dispatch", "mma_type", "activation"),
+            (*_BUFFER, "num_shared_experts", "use_fp8_dispatch", "mma_type", "activation"),
         ),
         (
             "fp8_fp4_mega_moe",
-            _KERNEL
-            + ("shared_l1_weights", "shared_l2_weights")
-            + _TAIL
-            + (
+            (
+                *_KERNEL,
+                "shared_l1_weights",
+                "shared_l2_weights",
+                *_TAIL,
                 "use_x_scales",
                 "l1_alphas",
                 "l2_alphas",
@@ -59,8 +58,8 @@ API_MMA_TYPE = DeepGemmApi(
             ),
         ),
         ("fp8_mega_moe", _KERNEL + _TAIL),
-        ("mega_moe_pre_dispatch", _PRE + ("mma_type", "buf_x_scales", "expert_scales")),
-        ("mega_moe_pre_dispatch_sm90", _PRE + ("routed_scaling_factor",)),
+        ("mega_moe_pre_dispatch", (*_PRE, "mma_type", "buf_x_scales", "expert_scales")),
+        ("mega_moe_pre_dispatch_sm90", (*_PRE, "routed_scaling_factor")),
         (
             "get_block_m_for_mega_moe",
             (
@@ -86,11 +85,11 @@ API_LEGACY = DeepGemmApi(
     "legacy_env",
     "0.1.5.post1",
     (
-        ("get_symm_buffer_for_mega_moe", _BUFFER + ("use_fp8_dispatch", "mma_type", "activation")),
+        ("get_symm_buffer_for_mega_moe", (*_BUFFER, "use_fp8_dispatch", "mma_type", "activation")),
         ("fp8_fp4_mega_moe", _KERNEL + _TAIL),
         ("fp8_mega_moe", _KERNEL + _TAIL),
-        ("mega_moe_pre_dispatch", _PRE + ("use_fp4_acts",)),
-        ("mega_moe_pre_dispatch_sm90", _PRE + ("routed_scaling_factor",)),
+        ("mega_moe_pre_dispatch", (*_PRE, "use_fp4_acts")),
+        ("mega_moe_pre_dispatch_sm90", (*_PRE, "routed_scaling_factor")),
         ("transform_weights_for_mega_moe", ("l1_weights", "l2_weights", "activation")),
         ("transform_weights_for_mega_moe_sm90", ("l1_weights", "l2_weights")),
     ),

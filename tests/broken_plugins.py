@@ -294,7 +294,6 @@ class ReadsPastMaskedMPlugin(ExampleTorchPlugin):
         if shape.num_experts == 0 or n == 0:
             return
         gateup = inputs.gateup.clone()
-        d, g = shape.hidden, shape.group_size
         for start in range(0, n - 1, 2):  # add 0 * |partner row| to each value of the pair: NaN partners leak
             pair = gateup[:, start : start + 2].float()
             leak = pair.abs().amax(dim=1, keepdim=True) * 0.0

@@ -18,7 +18,7 @@ PYPROJECT = pathlib.Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
 def builtin_entry_points() -> list[EntryPoint]:
-    installed = [ep for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    installed = list(entry_points(group=ENTRY_POINT_GROUP))
     if any(ep.dist is not None and ep.dist.name == "sglang-moe-plugins" for ep in installed):
         return installed
     table = tomllib.loads(PYPROJECT.read_text())["project"]["entry-points"][ENTRY_POINT_GROUP]

@@ -15,8 +15,7 @@ import torch
 from sglang_moe_plugins.ops import silu_mul_quant as smq
 
 try:
-    from hypothesis import HealthCheck, seed, settings
-    from hypothesis import strategies as st
+    from hypothesis import HealthCheck, seed, settings, strategies as st
 except ImportError:  # e.g. the GPU machine's image: tests/gpu/test_fuzz_cuda.py then uses draw_case()
     st = None
 HAVE_HYPOTHESIS = st is not None

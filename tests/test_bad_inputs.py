@@ -11,13 +11,12 @@ import math
 
 import pytest
 import torch
+from numerics import POISON_FP8, check_against_fp64, poison
 
 from sglang_moe_plugins import InvalidArgumentError, Registry, Selector, UserConfig
 from sglang_moe_plugins.ops import silu_mul_quant as smq
 from sglang_moe_plugins.plugins.reference import ReferencePlugin
 from sglang_moe_plugins.quant import FP32_MAX
-
-from numerics import POISON_FP8, check_against_fp64, poison
 
 E, N, D, GS = 3, 5, 256, 128
 NAN, INF = float("nan"), float("inf")
@@ -192,7 +191,7 @@ def test_zero_experts_gives_empty_outputs():
 
 
 def test_zero_rows_gives_empty_outputs():
-    _, outputs, shape, _ = _run(torch.empty(E, 0, 2 * D, dtype=torch.bfloat16), _masked([0, 0, 0]))
+    _, outputs, _shape, _ = _run(torch.empty(E, 0, 2 * D, dtype=torch.bfloat16), _masked([0, 0, 0]))
     assert outputs.out.shape == (E, 0, D) and outputs.scale.shape == (E, 0, D // GS)
     # masked_m > N = 0 is clamped to 0 rows: still nothing to write, nothing out of bounds.
     _, outputs, _, _ = _run(torch.empty(E, 0, 2 * D, dtype=torch.bfloat16), _masked([4, 0, 7]), layout="ue8m0_packed")
@@ -299,7 +298,7 @@ def test_overflow_of_one_product_saturates_that_element():
 
 
 def test_all_zero_group_uses_the_absmax_floor():
-    q, scale = _one_group({i: 0.0 for i in range(16)}, {})
+    q, scale = _one_group(dict.fromkeys(range(16), 0.0), {})
     assert (q == 0).all() and scale == pytest.approx(1e-10 / 448, rel=1e-6)
 
 

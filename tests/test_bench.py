@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from sglang_moe_plugins import api
-from sglang_moe_plugins.cli.bench import run_bench
 from sglang_moe_plugins.bench.provenance import COMMIT_ENV, run_info, source_commit, write_result
 from sglang_moe_plugins.bench.report import rank_plugins
 from sglang_moe_plugins.bench.runner import Measurement, call_bytes
 from sglang_moe_plugins.cli import build_parser
+from sglang_moe_plugins.cli.bench import run_bench
 from sglang_moe_plugins.config import load_config
-from sglang_moe_plugins.ops import silu_mul_quant as smq
 from sglang_moe_plugins.core.registry import Registry
+from sglang_moe_plugins.ops import silu_mul_quant as smq
 
 
 class StubTimer:

@@ -74,7 +74,7 @@ def test_a_failing_prepare_is_a_failure_of_its_plugin(make_selector, caplog, fau
 
     good = RecordingPlugin("good", 1)
     selector = make_selector(BadPrepare("bad_prepare", 10), good)
-    inputs, shape, config = random_call(seed=5)
+    _inputs, shape, config = random_call(seed=5)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         bound = selector.bind(smq.OP, shape, config)
     assert bound.name == "good"
@@ -124,7 +124,7 @@ def test_debug_and_strict_check_every_call(make_selector, setting):
     assert bound.check_every_call
     selector.call(bound, inputs)
     if setting.get("strict"):
-        with pytest.raises(OutputValidationError, match="plugin 'wrong_later' returned scale.stride()"):
+        with pytest.raises(OutputValidationError, match=r"plugin 'wrong_later' returned scale.stride()"):
             selector.call(bound, inputs)
     else:  # debug: caught, and the next plugin takes the key
         out = selector.call(bound, inputs)
@@ -199,7 +199,7 @@ def test_user_config_hash_follows_equality():
 def test_bound_op_allocates_the_host_layout(make_selector):
     selector = make_selector(PreparedReference())
     for layout in smq.SCALE_LAYOUTS:
-        inputs, shape, config = random_call(e=3, n=6, d=512, layout=layout, seed=8)
+        _inputs, shape, config = random_call(e=3, n=6, d=512, layout=layout, seed=8)
         out = selector.bind(smq.OP, shape, config).allocate(torch.device("cpu"))
         want = smq.allocate_outputs(shape, config, torch.device("cpu"))
         assert (out.scale.shape, out.scale.stride(), out.scale.dtype) == (

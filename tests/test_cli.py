@@ -125,7 +125,7 @@ def test_doctor_reports_versions_hooks_and_problems():
     assert data["versions"]["sglang"] == sglang_version()
     assert data["sglang entry point"] == "registered"
     states = {h["target"]: h["state"] for h in data["hooks"]}
-    assert states == {target: "would hook" for target in hooked_targets()}  # 0.5.19: no MegaMoE target
+    assert states == dict.fromkeys(hooked_targets(), "would hook")  # 0.5.19: no MegaMoE target
     blocked = json.loads(cli("doctor", "--json", "--no-hooks", SGLANG_PLUGINS="other").stdout)
     assert any("does not include 'moe_plugins'" in p for p in blocked["problems"])
     bad = cli("doctor", "--no-hooks", "--strict-exit", SGLANG_MOE_PLUGINS_STOCK="megamoe")

@@ -6,9 +6,9 @@ import pytest
 
 from sglang_moe_plugins import ConfigError, Registry, UserConfig
 from sglang_moe_plugins.config import load_config, parse_config
+from sglang_moe_plugins.plugins.reference import ReferencePlugin
 from sglang_moe_plugins.plugins.sglang_kernels.fp8_fallback import Fp8FallbackPlugin
 from sglang_moe_plugins.plugins.sglang_kernels.jit_ep import JitEpPlugin
-from sglang_moe_plugins.plugins.reference import ReferencePlugin
 
 
 def _registry(config: UserConfig) -> Registry:
@@ -197,5 +197,5 @@ def test_strict_requested_also_when_the_configuration_is_invalid(tmp_path):
 
 def test_debug_key_in_file(tmp_path):
     assert load_config(_write(tmp_path, "debug = true")).debug
-    with pytest.raises(ConfigError, match="debug in .* must be true or false"):
+    with pytest.raises(ConfigError, match=r"debug in .* must be true or false"):
         load_config(_write(tmp_path, "debug = 1"))

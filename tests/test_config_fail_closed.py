@@ -68,7 +68,7 @@ def test_unknown_stock_op_is_an_error():
     from sglang_moe_plugins import Registry
 
     with pytest.raises(
-        ConfigError, match="unknown op 'mega' .*SGLANG_MOE_PLUGINS_STOCK.*valid ops: mega_moe, silu_mul_quant"
+        ConfigError, match=r"unknown op 'mega' .*SGLANG_MOE_PLUGINS_STOCK.*valid ops: mega_moe, silu_mul_quant"
     ):
         Registry.from_plugins([], load_config({"SGLANG_MOE_PLUGINS_STOCK": "mega"}))
 

@@ -10,14 +10,13 @@ import json
 import os
 import sys
 
+import numerics
 import pytest
 import torch
 
-import numerics
 from sglang_moe_plugins import Plugin, Support
 from sglang_moe_plugins.hardware import Platform
-from sglang_moe_plugins.ops import OPS
-from sglang_moe_plugins.ops import silu_mul_quant as smq
+from sglang_moe_plugins.ops import OPS, silu_mul_quant as smq
 from sglang_moe_plugins.plugins.reference import ReferencePlugin, silu_mul_quant_reference
 from sglang_moe_plugins.testing import (
     BF16_INTERMEDIATES,
@@ -33,9 +32,9 @@ from sglang_moe_plugins.testing import (
     run_conformance,
     tolerance_for,
 )
-from sglang_moe_plugins.testing.report import FAILED, NOT_EXERCISED, PASSED
 from sglang_moe_plugins.testing.ops import silu_mul_quant as tolerance
 from sglang_moe_plugins.testing.ops.silu_mul_quant_cases import MASKED_PATTERNS, masked_pattern
+from sglang_moe_plugins.testing.report import FAILED, NOT_EXERCISED, PASSED
 
 HERE = os.path.dirname(__file__)
 BROKEN = os.path.join(HERE, "broken_plugins.py")
@@ -347,9 +346,9 @@ def test_options_are_validated_with_the_allowed_values(field, value):
 
 
 def test_load_errors_name_what_is_valid(tmp_path):
-    with pytest.raises(PluginLoadError, match="registered: .*reference"):
+    with pytest.raises(PluginLoadError, match=r"registered: .*reference"):
         load_plugin("no_such_plugin")
-    with pytest.raises(PluginLoadError, match="several plugin classes; name one: .*WrongScaleLayoutPlugin"):
+    with pytest.raises(PluginLoadError, match=r"several plugin classes; name one: .*WrongScaleLayoutPlugin"):
         load_plugin(BROKEN)
     with pytest.raises(PluginLoadError, match="no attribute 'Nope'"):
         load_plugin(f"{BROKEN}:Nope")

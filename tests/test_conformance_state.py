@@ -13,8 +13,8 @@ import textwrap
 
 import pytest
 
-from sglang_moe_plugins.testing import SuiteOptions, run_conformance
 from sglang_moe_plugins.cli.check import EXIT_INCOMPLETE
+from sglang_moe_plugins.testing import SuiteOptions, run_conformance
 from sglang_moe_plugins.testing.report import FAILED, INCOMPLETE, PASSED
 
 HERE = os.path.dirname(__file__)

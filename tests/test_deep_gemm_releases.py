@@ -28,13 +28,11 @@ from typing import Any, NamedTuple
 
 import pytest
 import torch
-
 from _mega_cases import API_LEGACY, API_MMA_TYPE, make_problem
+
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
-from sglang_moe_plugins.plugins.deep_gemm import api as dga
-from sglang_moe_plugins.plugins.deep_gemm import launch as launch_mod
-from sglang_moe_plugins.plugins.deep_gemm import plugin as mdg
+from sglang_moe_plugins.plugins.deep_gemm import api as dga, launch as launch_mod, plugin as mdg
 
 
 class Expected(NamedTuple):
@@ -219,7 +217,7 @@ def _buffer(args: dict[str, Any], variant: str) -> types.SimpleNamespace:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _problem(variant: str, shared: bool):
     """One problem per variant for every release (building it costs more than running the plugins)."""
     return make_problem(variant, shared=shared, inter=512, seed=7, tokens=5, rsf=1.5)

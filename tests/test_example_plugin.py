@@ -16,15 +16,14 @@ import textwrap
 
 import pytest
 import torch
+from numerics import check_against_fp64
 
 from sglang_moe_plugins import api
 from sglang_moe_plugins.catalog import get_model, silu_mul_quant_cases
+from sglang_moe_plugins.cli import check as cli_check
+from sglang_moe_plugins.core.dispatcher import Verdict
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import silu_mul_quant as smq
-from sglang_moe_plugins.core.dispatcher import Verdict
-from sglang_moe_plugins.cli import check as cli_check
-
-from numerics import check_against_fp64
 
 pytest.importorskip("sglang_moe_example_plugin", reason="pip install -e examples/sglang-moe-example-plugin")
 

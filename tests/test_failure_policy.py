@@ -17,8 +17,8 @@ import torch
 
 pytest.importorskip("sglang")
 
-from sglang_probe import run_probe  # noqa: E402
-from sglang_session import (  # noqa: E402, F401 - runner, default_selector: the shared fixtures
+from sglang_probe import run_probe
+from sglang_session import (  # noqa: F401 - runner, default_selector: the shared fixtures
     MEGA_REFERENCE,
     MEGA_TARGET,
     REFERENCE,
@@ -31,10 +31,9 @@ from sglang_session import (  # noqa: E402, F401 - runner, default_selector: the
     runner,
 )
 
-from sglang_moe_plugins import InvalidArgumentError, NoPluginAvailableError, UserConfig, Verdict, api  # noqa: E402
-from sglang_moe_plugins.config import parse_config  # noqa: E402
-from sglang_moe_plugins.ops import get_op  # noqa: E402
-from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
+from sglang_moe_plugins import InvalidArgumentError, NoPluginAvailableError, UserConfig, Verdict, api
+from sglang_moe_plugins.config import parse_config
+from sglang_moe_plugins.ops import get_op, silu_mul_quant as smq
 
 pytestmark = pytest.mark.sglang
 LOGGER = "sglang_moe_plugins"
@@ -138,7 +137,7 @@ def test_a_valid_key_does_not_let_an_equal_looking_invalid_call_through(runner):
     """True == 1 and 128.0 == 128: the cached key carries the argument types, so these are still rejected."""
     gateup, masked = data(e=4, n=4)
     runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 1)
-    with pytest.raises(InvalidArgumentError, match="group_size=128.0"):
+    with pytest.raises(InvalidArgumentError, match=r"group_size=128.0"):
         runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128.0, 1)
     with pytest.raises(InvalidArgumentError, match="topk=True"):
         runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, True)
@@ -264,7 +263,7 @@ def test_non_collective_op_still_falls_back(runner, caplog):
     api.reload(UserConfig(), entry_points=[ep("policy_smq_raises", "policy_plugins:SmqRaises"), REFERENCE])
     gateup, masked = data()
     with caplog.at_level(logging.INFO, logger=LOGGER):
-        out, scale = runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
+        out, _scale = runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
         runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "policy_smq_raises" in errors[0].getMessage()

@@ -19,7 +19,7 @@ import torch
 
 pytest.importorskip("sglang")
 
-from sglang_session import (  # noqa: E402, F401 - runner, default_selector: the shared fixtures
+from sglang_session import (  # noqa: F401 - runner, default_selector: the shared fixtures
     MEGA_REFERENCE,
     REFERENCE,
     default_selector,
@@ -28,11 +28,10 @@ from sglang_session import (  # noqa: E402, F401 - runner, default_selector: the
     runner,
 )
 
-from sglang_moe_plugins import ConfigError, InvalidArgumentError, OutputValidationError, Registry, UserConfig, api  # noqa: E402
-from sglang_moe_plugins.config import load_config, parse_config  # noqa: E402
-from sglang_moe_plugins.ops import mega_moe as mm  # noqa: E402
-from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
-from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference  # noqa: E402
+from sglang_moe_plugins import ConfigError, InvalidArgumentError, OutputValidationError, Registry, UserConfig, api
+from sglang_moe_plugins.config import load_config, parse_config
+from sglang_moe_plugins.ops import mega_moe as mm, silu_mul_quant as smq
+from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference
 
 pytestmark = pytest.mark.sglang
 LOGGER = "sglang_moe_plugins"
@@ -112,9 +111,9 @@ def test_plugin_that_declares_no_writes_still_falls_back(runner):
 
 def test_builtin_declarations():
     from sglang_moe_plugins.core.bound import inputs_maybe_written
+    from sglang_moe_plugins.plugins.reference import ReferencePlugin
     from sglang_moe_plugins.plugins.sglang_kernels.fp8_fallback import Fp8FallbackPlugin
     from sglang_moe_plugins.plugins.sglang_kernels.jit_ep import JitEpPlugin
-    from sglang_moe_plugins.plugins.reference import ReferencePlugin
     from sglang_moe_plugins.plugins.triton_smq.plugin import TritonPlugin
 
     gateup, masked = data()
@@ -208,7 +207,7 @@ def test_mega_too_few_rows_on_a_later_call_is_an_error_under_strict(runner):
         entry_points=[ep("policy_mega_short_later", "policy_plugins:MegaShortRowsLater"), MEGA_REFERENCE],
     )
     assert _mega(host, problem).shape[0] == problem.inputs.num_tokens  # first call: right size
-    with pytest.raises(OutputValidationError, match="plugin 'policy_mega_short_later' returned y.shape=.1, "):
+    with pytest.raises(OutputValidationError, match=r"plugin 'policy_mega_short_later' returned y.shape=.1, "):
         _mega(host, problem)
 
 
@@ -218,7 +217,7 @@ def test_mega_validate_outputs_counts_rows_against_the_inputs():
     p = make_problem("fp8xfp4", seed=9)
     short = mm.MegaMoEOutputs(torch.zeros((1, p.shape.hidden), dtype=torch.bfloat16))
     mm.validate_outputs(short, p.shape, p.config, "x")  # without the inputs: >= 1 row is all it can check
-    with pytest.raises(OutputValidationError, match="plugin 'x' returned y.shape"):
+    with pytest.raises(OutputValidationError, match=r"plugin 'x' returned y.shape"):
         mm.validate_outputs(short, p.shape, p.config, "x", inputs=p.inputs)
     full = mm.allocate_outputs(p.shape, p.config, p.inputs.device, num_tokens=p.inputs.num_tokens)
     mm.validate_outputs(full, p.shape, p.config, "x", inputs=p.inputs)
@@ -257,19 +256,22 @@ def test_mega_activation_clamp_bounds(clamp, ok):
 
     p = make_problem("fp8xfp4", seed=10)
     s, i = p.shape, p.inputs
-    call = lambda: mm.describe(
-        i.hidden_states,
-        i.topk_ids,
-        i.topk_weights,
-        l1_weights=i.l1_weights,
-        l2_weights=i.l2_weights,  # noqa: E731
-        variant="fp8xfp4",
-        num_experts=s.num_experts,
-        hidden_size=s.hidden,
-        intermediate_size=s.intermediate,
-        top_k=s.top_k,
-        activation_clamp=clamp,
-    )
+
+    def call():
+        return mm.describe(
+            i.hidden_states,
+            i.topk_ids,
+            i.topk_weights,
+            l1_weights=i.l1_weights,
+            l2_weights=i.l2_weights,
+            variant="fp8xfp4",
+            num_experts=s.num_experts,
+            hidden_size=s.hidden,
+            intermediate_size=s.intermediate,
+            top_k=s.top_k,
+            activation_clamp=clamp,
+        )
+
     if ok:
         assert call()[1].activation_clamp == float(clamp)
     else:

@@ -38,9 +38,9 @@ from sglang_moe_plugins import (
     api,
 )
 from sglang_moe_plugins.config import CONFIG_ENV, load_config, parse_config
+from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP
 from sglang_moe_plugins.ops import silu_mul_quant as smq
 from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference
-from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP
 
 TESTS = pathlib.Path(__file__).resolve().parent
 REFERENCE_EP = EntryPoint(

@@ -45,8 +45,7 @@ from fuzz_cases import (
     seeded,
     smq_calls,
 )
-from hypothesis import given, note
-from hypothesis import strategies as st
+from hypothesis import given, note, strategies as st
 
 from sglang_moe_plugins import Registry, Selector, UserConfig
 from sglang_moe_plugins.config import parse_config

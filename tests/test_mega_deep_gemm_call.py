@@ -16,14 +16,13 @@ from typing import Any
 
 import pytest
 import torch
-
 from _mega_cases import API_MMA_TYPE, make_problem
+
 from sglang_moe_plugins.errors import InvalidArgumentError, KernelNotAvailableError
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
 from sglang_moe_plugins.ops.mega_moe import formats as nm
-from sglang_moe_plugins.plugins.deep_gemm import launch as launch_mod
-from sglang_moe_plugins.plugins.deep_gemm import plugin as mdg
+from sglang_moe_plugins.plugins.deep_gemm import launch as launch_mod, plugin as mdg
 
 deep_gemm = pytest.importorskip("deep_gemm", reason="the real sgl-deep-gemm API (signatures) is needed")
 
@@ -195,7 +194,7 @@ def test_w4a8_calls_fp8_fp4_mega_moe_like_sglang(monkeypatch: pytest.MonkeyPatch
 
     rec = Recorder(monkeypatch, host_context=num_sms_context)
     problem = make_problem("fp8xfp4", rsf=2.5, shared=shared, seed=21)
-    inputs, outputs, config = _run(mdg.MegaW4A8Plugin(API_MMA_TYPE), problem, Platform.cuda(10, 0))
+    inputs, outputs, _config = _run(mdg.MegaW4A8Plugin(API_MMA_TYPE), problem, Platform.cuda(10, 0))
     (buffer_call,) = rec.named("get_symm_buffer_for_mega_moe")
     s = problem.shape
     assert buffer_call.arguments == {
@@ -244,7 +243,7 @@ def test_w4a8_calls_fp8_fp4_mega_moe_like_sglang(monkeypatch: pytest.MonkeyPatch
 def test_w4a4_uses_mxf4_buffer_and_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder(monkeypatch)
     problem = make_problem("mxf4xmxf4", rsf=1.5, seed=22)
-    inputs, outputs, _ = _run(mdg.MegaW4A4Plugin(API_MMA_TYPE), problem, Platform.cuda(10, 0))
+    _inputs, _outputs, _ = _run(mdg.MegaW4A4Plugin(API_MMA_TYPE), problem, Platform.cuda(10, 0))
     (buffer_call,) = rec.named("get_symm_buffer_for_mega_moe")
     assert buffer_call.arguments["mma_type"] == "mxf4xmxf4" and buffer_call.arguments["num_shared_experts"] == 0
     (kernel,) = rec.named("fp8_fp4_mega_moe")
@@ -329,7 +328,7 @@ def test_zero_tokens_still_runs_the_collective_kernel(monkeypatch: pytest.Monkey
     problem = dataclasses.replace(problem, inputs=dataclasses.replace(problem.inputs, topk_ids=None, topk_weights=None))
     _, outputs, _ = _run(mdg.MegaW4A8Plugin(API_MMA_TYPE), problem, Platform.cuda(10, 0))
     assert outputs.y.shape == (1, problem.shape.hidden)
-    (kernel,) = rec.named("fp8_fp4_mega_moe")
+    (_kernel,) = rec.named("fp8_fp4_mega_moe")
     assert (rec.snapshots["buffer"]["topk_idx"] == -1).all() and (rec.snapshots["buffer"]["topk_weights"] == 0).all()
 
 
@@ -346,7 +345,7 @@ def test_host_buffer_hook_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     problem = make_problem("fp8xfp4", seed=26)
     _run(mdg.MegaW4A8Plugin(API_MMA_TYPE), problem, Platform.cuda(10, 0))
     assert rec.named("get_symm_buffer_for_mega_moe") == []
-    (group, args, kwargs) = seen[0]
+    (_group, args, kwargs) = seen[0]
     s = problem.shape
     assert args == (s.num_experts, s.max_tokens_per_rank, s.top_k, s.hidden, s.intermediate)
     assert kwargs == {"num_shared_experts": 0, "mma_type": "fp8xfp4", "activation": "swiglu"}

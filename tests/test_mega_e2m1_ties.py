@@ -15,15 +15,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
-
 from _mega_cases import API_MMA_TYPE, model_key
-from sglang_moe_plugins.hardware import Platform
-from sglang_moe_plugins.plugins.deep_gemm import api as dga
-from sglang_moe_plugins.plugins.deep_gemm import plugin as mdg
 from test_deep_gemm_releases import RELEASES, _sources
+
+from sglang_moe_plugins.hardware import Platform
+from sglang_moe_plugins.plugins.deep_gemm import api as dga, plugin as mdg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Releases whose MegaMoE takes mma_type='mxf4xmxf4' (the W4A4 plugin's), and the rule their sources use.

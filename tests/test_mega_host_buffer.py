@@ -18,7 +18,7 @@ from sglang_moe_plugins.errors import KernelNotAvailableError
 from sglang_moe_plugins.plugins.deep_gemm import sglang_host as host_mod
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
-from test_sglang_releases import MEGA, _function  # noqa: E402
+from test_sglang_releases import MEGA, _function
 
 SIZES = (8, 64, 2, 512, 256)
 OFFERED = dict(num_shared_experts=0, mma_type="mxf4xmxf4", activation="swiglu")

@@ -16,13 +16,14 @@ import torch
 
 pytest.importorskip("sglang")
 
-from sglang_session import loaded_sglang, require_mega_target  # noqa: E402
+from importlib.metadata import EntryPoint
 
-from _mega_cases import make_problem  # noqa: E402
-from sglang_moe_plugins import InvalidArgumentError, UserConfig, api  # noqa: E402
-from sglang_moe_plugins.integrations.sglang import mega_moe as ma  # noqa: E402
-from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP  # noqa: E402
-from importlib.metadata import EntryPoint  # noqa: E402
+from _mega_cases import make_problem
+from sglang_session import loaded_sglang, require_mega_target
+
+from sglang_moe_plugins import InvalidArgumentError, UserConfig, api
+from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP
+from sglang_moe_plugins.integrations.sglang import mega_moe as ma
 
 pytestmark = pytest.mark.sglang
 MEGA_REFERENCE = EntryPoint(

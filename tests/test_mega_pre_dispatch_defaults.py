@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from _mega_cases import API_MMA_TYPE, model_key
+
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.plugins.deep_gemm import plugin as mdg
 

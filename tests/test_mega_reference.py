@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from _mega_cases import Problem, make_problem
+
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
-from sglang_moe_plugins.ops.mega_moe import formats as nm
 from sglang_moe_plugins.ops.mega_moe.reference import mega_moe_reference
 from sglang_moe_plugins.ops.mega_moe.sm90 import SM90_EXACT, Sm90Numerics
 from sglang_moe_plugins.plugins.reference.mega_moe import MegaReferencePlugin

@@ -7,10 +7,9 @@ import math
 
 import pytest
 import torch
-
 from _mega_cases import make_problem
+
 from sglang_moe_plugins.ops import mega_moe as mm
-from sglang_moe_plugins.ops.mega_moe import formats as nm
 from sglang_moe_plugins.ops.mega_moe.reference import mega_moe_reference
 from sglang_moe_plugins.ops.mega_moe.sm90 import (
     Sm90Numerics,

@@ -5,14 +5,14 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from _mega_cases import API_ABSENT, API_LEGACY, API_MMA_TYPE, model_key, with_platform
+
+from sglang_moe_plugins.core.dispatcher import Selector, Verdict
+from sglang_moe_plugins.core.registry import Registry
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
 from sglang_moe_plugins.plugins.deep_gemm.plugin import MegaSm90Fp8Plugin, MegaW4A4Plugin, MegaW4A8Plugin
 from sglang_moe_plugins.plugins.reference.mega_moe import MegaReferencePlugin
-from sglang_moe_plugins.core.registry import Registry
-from sglang_moe_plugins.core.dispatcher import Selector, Verdict
 
 SM90, SM100, CPU = Platform.cuda(9, 0), Platform.cuda(10, 0), Platform.cpu()
 MODELS = ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro")

@@ -81,7 +81,7 @@ def test_classifiers_and_extras(wheel):
     deep_gemm = [r for r in requires if r.startswith("sgl-deep-gemm")]
     # docs/deep-gemm-releases.md: 0.1.4.post1 (SGLang 0.5.16's pin) to 0.2.5
     assert deep_gemm and "<=0.2.5" in deep_gemm[0] and ">=0.1.4.post1" in deep_gemm[0], deep_gemm
-    assert any(r.startswith("sglang<0.6,>=0.5.16") or r.startswith("sglang>=0.5.16,<0.6") for r in requires), requires
+    assert any(r.startswith(("sglang<0.6,>=0.5.16", "sglang>=0.5.16,<0.6")) for r in requires), requires
     twine = shutil.which("twine")
     if twine:
         result = subprocess.run([twine, "check", "--strict", str(wheel)], capture_output=True, text=True, timeout=120)

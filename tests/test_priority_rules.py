@@ -257,7 +257,7 @@ def test_hooked_call_takes_the_rules_plugin():
             gen = torch.Generator().manual_seed(d)
             gateup = (torch.randn(4, 8, 2 * d, generator=gen) * 3).to(torch.bfloat16)
             masked = torch.tensor([8, 0, 3, 5], dtype=torch.int32)
-            out, scale = runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
+            out, _scale = runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
             assert out.shape == (4, 8, d)
             sel = selector.explain(smq.OP, *smq.describe(gateup, masked, group_size=128, topk=2))
             assert sel.chosen.name == want, sel.explain()
@@ -322,8 +322,8 @@ def test_bench_writes_a_rule_for_a_call_whose_fastest_plugin_is_not_first(monkey
 
     import sglang_moe_plugins.bench.runner as runner
     from sglang_moe_plugins import api
-    from sglang_moe_plugins.cli.bench import run_bench
     from sglang_moe_plugins.cli import build_parser
+    from sglang_moe_plugins.cli.bench import run_bench
     from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP
 
     for name in list(__import__("os").environ):

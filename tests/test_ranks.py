@@ -35,7 +35,7 @@ def launch_ranks(
     if no_sglang:
         cmd.append("--no-sglang")
     procs = [
-        subprocess.Popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        subprocess.Popen([*cmd, "--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         for r in range(world)
     ]
     logs = []

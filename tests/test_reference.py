@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import random_call
+from numerics import check_against_fp64, poison
 
 from sglang_moe_plugins.ops import silu_mul_quant as smq
 from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference
 from sglang_moe_plugins.quant import pack_ue8m0_bytes, quantize_fp8_groups, ue8m0_exponent, unpack_ue8m0_bytes
-
-from numerics import check_against_fp64, poison
 
 
 def run_reference(inputs, shape, config):

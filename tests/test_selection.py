@@ -240,8 +240,7 @@ def test_decide_depends_only_on_its_arguments():
 
 
 def test_as_support_is_public_and_names_the_plugin():
-    from sglang_moe_plugins.contract import __all__ as contract_all
-    from sglang_moe_plugins.contract import as_support
+    from sglang_moe_plugins.contract import __all__ as contract_all, as_support
 
     class Duck:
         reason = "a duck-typed yes"

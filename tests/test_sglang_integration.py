@@ -9,15 +9,15 @@ import textwrap
 
 import pytest
 import torch
-from numerics import check_against_fp64, poison
+from numerics import check_against_fp64
 
 pytest.importorskip("sglang")
 
-from sglang_session import SMQ_TARGET, hooked_targets, installed_parameters, loaded_sglang  # noqa: E402
+from sglang_session import SMQ_TARGET, hooked_targets, installed_parameters, loaded_sglang
 
-from sglang_moe_plugins import InvalidArgumentError, UserConfig, api  # noqa: E402
-from sglang_moe_plugins.catalog import load_catalog  # noqa: E402
-from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
+from sglang_moe_plugins import InvalidArgumentError, UserConfig, api
+from sglang_moe_plugins.catalog import load_catalog
+from sglang_moe_plugins.ops import silu_mul_quant as smq
 
 pytestmark = pytest.mark.sglang
 

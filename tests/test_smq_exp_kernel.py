@@ -67,7 +67,7 @@ def compile_exp():
 
     def run(**switches) -> str:
         constexprs = dict(base, **switches)
-        sig = dict(signature, **{name: "constexpr" for name in constexprs})
+        sig = dict(signature, **dict.fromkeys(constexprs, "constexpr"))
         attrs = {(i,): [["tt.divisibility", 16]] for i in range(5)}
         compiled = triton.compile(
             ASTSource(kernel, sig, constexprs, attrs),

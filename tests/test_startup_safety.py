@@ -10,10 +10,10 @@ prepended) and in subprocesses, through SGLang's real ``load_plugins()`` and its
 from __future__ import annotations
 
 import json
-import re
 import logging
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tomllib
@@ -23,8 +23,8 @@ from startup_fakes import EVIL_DIST, MODULES, STALE_DIST, markers, write_site
 
 from sglang_moe_plugins import ConfigError, PluginValidationError, Registry, UserConfig
 from sglang_moe_plugins.config import load_config, parse_config
-from sglang_moe_plugins.plugins.reference import ReferencePlugin
 from sglang_moe_plugins.core.registry import BUILTIN_PLUGINS, ENTRY_POINT_GROUP
+from sglang_moe_plugins.plugins.reference import ReferencePlugin
 
 TESTS = pathlib.Path(__file__).resolve().parent
 EVIL = f"{EVIL_DIST[0]} {EVIL_DIST[1]}"

@@ -16,9 +16,9 @@ import torch
 
 import sglang_moe_plugins
 from sglang_moe_plugins import Registry, Selector, UserConfig
+from sglang_moe_plugins.counters import reset_stats, stats
 from sglang_moe_plugins.ops import silu_mul_quant as smq
 from sglang_moe_plugins.plugins.reference import ReferencePlugin
-from sglang_moe_plugins.counters import reset_stats, stats
 
 
 class _Failing(ReferencePlugin):

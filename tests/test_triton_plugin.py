@@ -582,7 +582,7 @@ def test_argument_plan_matches_the_kernel_signature():
         pointers=("gateup", "m", "out", "scale"),
     )
     kwargs = plan.kwargs_dict
-    runtime = ("gateup", "m", "out", "scale") + plan.runtime
+    runtime = ("gateup", "m", "out", "scale", *plan.runtime)
     fn = K.silu_mul_quant_kernel.fn
     signature = inspect.signature(fn)
     params = {name: kwargs[name] for name in signature.parameters if name in kwargs}

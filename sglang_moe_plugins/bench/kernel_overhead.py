@@ -7,7 +7,8 @@ import pathlib
 import platform
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["versions", "time_host", "silu_section", "pre_dispatch_section", "profile_top"]
 
@@ -45,10 +46,9 @@ def silu_section(iters: int, repeats: int) -> list[dict[str, Any]]:
     import torch
 
     from ..ops.silu_mul_quant import SiluMulQuantInputs, allocate_outputs, describe
-    from ..plugins.triton_smq import kernel as kernel_module
-    from ..plugins.triton_smq import launch as K
-    from ..plugins.triton_smq.tuning import choose_config
+    from ..plugins.triton_smq import kernel as kernel_module, launch as K
     from ..plugins.triton_smq.plugin import TritonPlugin
+    from ..plugins.triton_smq.tuning import choose_config
 
     rows = []
     for label, (E, N, D) in {"DSV4-Flash EP8 decode": (32, 128, 2048), "Qwen3-30B EP1 decode": (128, 64, 768)}.items():

@@ -9,7 +9,8 @@ import platform
 import statistics
 import subprocess
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -91,8 +92,8 @@ def eager_us(fn: Callable[[], Any], calls: int = 50) -> tuple[float, float]:
 
 def unfused(case: Any, deep_gemm: Any) -> Callable[[], Any]:
     """L1 grouped GEMM -> Triton silu_mul_quant -> L2 grouped GEMM on the masked layout."""
-    from ..ops.mega_moe import formats as nm
     from ..ops import silu_mul_quant as smq
+    from ..ops.mega_moe import formats as nm
     from ..plugins.triton_smq.plugin import TritonPlugin
 
     shape, inputs = case.shape, case.inputs

@@ -9,17 +9,17 @@ import os
 import statistics
 import time
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from .. import api
-from ..integrations.sglang import mega_moe as ma
-from ..integrations.sglang import mega_moe_hook
+from ..core.dispatcher import Selector
+from ..core.registry import Registry
+from ..integrations.sglang import mega_moe as ma, mega_moe_hook
 from ..ops import mega_moe as mm
 from ..plugins.deep_gemm.plugin import MegaSm90Fp8Plugin
-from ..core.registry import Registry
-from ..core.dispatcher import Selector
 from ..testing.ops.mega_moe_cases import make_problem
 from .dist_info import temporary_site
 

@@ -98,7 +98,7 @@ def write_result(
         )
     if device_name is None:
         device_name = torch.cuda.get_device_properties(torch.cuda.current_device()).name
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     payload = {
         "device": device_name,
         "date": date,

@@ -38,7 +38,7 @@ def results_table(cases: list[BenchCase], results: list[Measurement], bandwidth:
         rows.append([case.label, case.phase] + [_cell(by[(case.label, p)]) for p in plugins] + [best])
     text = (
         f"silu_mul_quant, us per call (fraction of the copy ceiling, {bandwidth / 1e12:.2f} TB/s measured); "
-        "every expert holds N real rows\n" + table(["call", "phase"] + plugins + ["fastest"], rows)
+        "every expert holds N real rows\n" + table(["call", "phase", *plugins, "fastest"], rows)
     )
     reasons = sorted({(m.plugin, m.status, m.reason) for m in results if m.us is None})
     if reasons:

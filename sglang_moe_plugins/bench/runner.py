@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 import torch
 
 from ..catalog import ModelSpec, platform_uses_ue8m0, silu_mul_quant_cases
+from ..contract import as_support as _as_support
 from ..hardware import Platform
 from ..ops import silu_mul_quant as smq
-from ..contract import as_support as _as_support
 from .timing import Timer, random_gateup, rotation_sets
 
 __all__ = ["BenchCase", "Measurement", "bench_cases", "measure", "call_bytes", "DECODE_MAX_ROWS"]

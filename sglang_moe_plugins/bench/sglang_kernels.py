@@ -25,7 +25,7 @@ import concurrent.futures
 import os
 import pathlib
 import threading
-from typing import Iterable, Optional, Tuple
+from collections.abc import Iterable
 
 import torch
 
@@ -49,9 +49,9 @@ _CPP_DTYPE = {
 }
 
 #: (group_size, scale_ue8m0, swizzle, use_pdl, apply_swiglu_limit) -- SGLang's make_cpp_args order
-DSV4Spec = Tuple[int, bool, bool, bool, bool]
+DSV4Spec = tuple[int, bool, bool, bool, bool]
 #: (in_dtype, out_dtype, group_size, ue8m0, row_major, aligned, fuse_silu_and_mul, use_pdl, layout, dense)
-PTGQSpec = Tuple[torch.dtype, torch.dtype, int, bool, bool, bool, bool, bool, str, bool]
+PTGQSpec = tuple[torch.dtype, torch.dtype, int, bool, bool, bool, bool, bool, str, bool]
 
 
 def _cpp(value: object) -> str:
@@ -116,8 +116,8 @@ class SglangJit:
         source = out_dir / "wrapper.cu"
         source.write_text(
             "\n".join(
-                list(_FFI_HEADERS)
-                + [
+                [
+                    *list(_FFI_HEADERS),
                     f'#include "{self.root}/csrc/{cuh}"',
                     "namespace sglang {",
                     f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({export}, ({kernel}));",
@@ -195,7 +195,7 @@ class SglangJit:
         scale_ue8m0: bool = False,
         topk: int = 8,
         transposed: bool = False,
-        swiglu_limit: Optional[float] = None,
+        swiglu_limit: float | None = None,
         swizzle: bool = False,
     ) -> None:
         import tvm_ffi
@@ -210,21 +210,21 @@ class SglangJit:
     def per_token_group_quant(
         self,
         input: torch.Tensor,
-        output_q: Optional[torch.Tensor] = None,
-        output_s: Optional[torch.Tensor] = None,
+        output_q: torch.Tensor | None = None,
+        output_s: torch.Tensor | None = None,
         group_size: int = 128,
         scale_ue8m0: bool = False,
         fuse_silu_and_mul: bool = False,
-        masked_m: Optional[torch.Tensor] = None,
-        expected_m: Optional[int] = None,
+        masked_m: torch.Tensor | None = None,
+        expected_m: int | None = None,
         *,
-        out_dtype: Optional[torch.dtype] = None,
+        out_dtype: torch.dtype | None = None,
         column_major_scales: bool = False,
-        sorted_token_ids: Optional[torch.Tensor] = None,
-        num_tokens_post_padded: Optional[torch.Tensor] = None,
+        sorted_token_ids: torch.Tensor | None = None,
+        num_tokens_post_padded: torch.Tensor | None = None,
         num_valid_tokens: int = 0,
         silu_and_mul_mode: str = "legacy",
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         import tvm_ffi
 
         if sorted_token_ids is not None:
@@ -267,7 +267,7 @@ class SglangJit:
 
 
 def dsv4_spec(
-    quant_group_size: int, scale_ue8m0: bool, swizzle: bool, swiglu_limit: Optional[float], use_pdl: bool = True
+    quant_group_size: int, scale_ue8m0: bool, swizzle: bool, swiglu_limit: float | None, use_pdl: bool = True
 ) -> DSV4Spec:
     """The DSV4 kernel's template arguments for one call of SGLang's wrapper."""
     return (int(quant_group_size), bool(scale_ue8m0), bool(swizzle), bool(use_pdl), swiglu_limit is not None)
@@ -326,7 +326,7 @@ def plugin_specs(shape, config, use_pdl: bool = True) -> tuple[DSV4Spec, PTGQSpe
     )
 
 
-def _infer_scale_layout(output_s: torch.Tensor, scale_ue8m0: bool, num_groups: int) -> Tuple[bool, bool]:
+def _infer_scale_layout(output_s: torch.Tensor, scale_ue8m0: bool, num_groups: int) -> tuple[bool, bool]:
     # Same rule as SGLang's per_token_group_quant._infer_scale_layout.
     row_major = output_s.stride(-2) >= output_s.stride(-1)
     if output_s.dtype == torch.int32:
@@ -347,7 +347,7 @@ def _allocate_outputs(
     scale_ue8m0: bool,
     column_major_scales: bool,
     fuse_silu_and_mul: bool,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     # Same layouts as SGLang's _allocate_outputs / create_per_token_group_quant_fp8_output_scale.
     hidden = input.shape[-1] // (2 if fuse_silu_and_mul else 1)
     out_shape = (*input.shape[:-1], hidden)

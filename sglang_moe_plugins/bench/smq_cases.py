@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Optional
 
 import torch
 
@@ -35,7 +34,7 @@ class Case:
     D: int
     rows: int
     routing: str = "uniform"  # uniform | skew (one expert holds half the rows)
-    limit: Optional[float] = None
+    limit: float | None = None
     layout: str = "column_major"  # column_major | ue8m0_packed | row_major
     gs: int = 128
     swizzle: bool = False
@@ -48,7 +47,7 @@ class Case:
     def ue8m0(self) -> bool:
         return self.layout == "ue8m0_packed"
 
-    def jit_reason(self) -> Optional[str]:
+    def jit_reason(self) -> str | None:
         """Why SGLang's DSV4 JIT kernel (or its host-side assert) rejects this case, or None."""
         G = self.D // self.gs
         if self.gs not in (32, 128):
@@ -171,9 +170,8 @@ def masked_counts(case: Case) -> torch.Tensor:
 
 
 def needed_host_specs(cases: list[Case]) -> tuple[list, list]:
-    from .sglang_kernels import plugin_specs
-
     from ..ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantShape
+    from .sglang_kernels import plugin_specs
 
     dsv4, ptgq = set(), set()
     for c in cases:
@@ -224,10 +222,9 @@ def v7_config(case: Case) -> dict:
     )
 
 
-def warm_job(case: Case, kcfg: Optional[dict] = None, pdl: bool = True) -> tuple:
-    from ..quant import round_to_bf16
-
+def warm_job(case: Case, kcfg: dict | None = None, pdl: bool = True) -> tuple:
     from ..plugins.triton_smq.tuning import choose_config
+    from ..quant import round_to_bf16
 
     limit = None if case.limit is None else round_to_bf16(case.limit)
     if kcfg is None:  # the configuration the plugin will pick for this case (it depends on N)

@@ -9,13 +9,14 @@ import statistics
 import time
 import traceback
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Callable
 
 import torch
 
 from ..ops.silu_mul_quant import SiluMulQuantInputs, SiluMulQuantOutputs, allocate_outputs, real_rows
 from ..plugins.reference import silu_mul_quant_reference
+from ..plugins.triton_smq.tuning import KernelConfig
 from ..testing.case import POISON_FP8, POISON_SCALE_INT, poison
 from .smq_cases import (
     CASES,
@@ -29,7 +30,6 @@ from .smq_cases import (
     v7_config,
 )
 from .smq_paths import Paths
-from ..plugins.triton_smq.tuning import KernelConfig
 from .timing import graph_time_us, random_gateup, round_orders
 
 __all__ = ["eager_time_us", "compare", "bit_identical", "bench_case", "parallel_warm", "run_sweep"]
@@ -113,15 +113,15 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log, rounds: 
     jit_via, fb_via = paths.jit_via(case), paths.fb_via(case)
     v7 = KernelConfig(**v7_config(case))
     todo = [
-        ("triton", case.layout, lambda o: paths.run_triton(x, masked_m, o, case)),
-        ("triton_v7", case.layout, lambda o: paths.run_triton(x, masked_m, o, case, kcfg=v7)),
+        ("triton", case.layout, lambda o: paths.run_triton(x, masked_m, o, case)),  # noqa: F821 - a closure's name, del'd later
+        ("triton_v7", case.layout, lambda o: paths.run_triton(x, masked_m, o, case, kcfg=v7)),  # noqa: F821 - a closure's name, del'd later
     ]
     if case.layout == "column_major":
-        todo.append(("triton_rm", "row_major", lambda o: paths.run_triton(x, masked_m, o, case, "row_major")))
+        todo.append(("triton_rm", "row_major", lambda o: paths.run_triton(x, masked_m, o, case, "row_major")))  # noqa: F821 - a closure's name, del'd later
     if jit_via:
-        todo.append(("jit_ep", paths.jit_layout(case), lambda o: paths.run_jit(x, masked_m, o, case, jit_via)))
+        todo.append(("jit_ep", paths.jit_layout(case), lambda o: paths.run_jit(x, masked_m, o, case, jit_via)))  # noqa: F821 - a closure's name, del'd later
     if fb_via:
-        todo.append(("fp8_fallback", paths.fb_layout(case), lambda o: paths.run_fb(x, masked_m, o, case, fb_via)))
+        todo.append(("fp8_fallback", paths.fb_layout(case), lambda o: paths.run_fb(x, masked_m, o, case, fb_via)))  # noqa: F821 - a closure's name, del'd later
     refs: dict = {}
     for name, layout, fn in todo:
         shape, config = paths.shape_config(x, masked_m, case, layout)
@@ -149,8 +149,8 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log, rounds: 
     res["input_sets"] = nsets
 
     def outs_for(layout: str):
-        shape, config = paths.shape_config(sets[0], masked_m, case, layout)
-        return [allocate_outputs(shape, config, sets[0].device) for _ in sets]
+        shape, config = paths.shape_config(sets[0], masked_m, case, layout)  # noqa: F821 - a closure's name, del'd later
+        return [allocate_outputs(shape, config, sets[0].device) for _ in sets]  # noqa: F821 - a closure's name, del'd later
 
     timed = [
         ("triton", case.layout, lambda xs, o: paths.run_triton(xs, masked_m, o, case)),
@@ -218,7 +218,7 @@ def bench_case(case: Case, paths: Paths, bw: float, l2_bytes: int, log, rounds: 
     if case.name in REFERENCE_TIMED:
         shape, config = paths.shape_config(sets[0], masked_m, case)
         o = allocate_outputs(shape, config, sets[0].device)
-        us = eager_time_us(lambda: silu_mul_quant_reference(SiluMulQuantInputs(sets[0], masked_m), o, shape, config))
+        us = eager_time_us(lambda: silu_mul_quant_reference(SiluMulQuantInputs(sets[0], masked_m), o, shape, config))  # noqa: F821 - a closure's name, del'd later
         res["paths"]["reference"] = {"us": us, "frac": fl / us, "layout": case.layout, "timing": "eager"}
     if not jit_via:
         res["jit_rejected"] = case.jit_reason() or "no host kernels"

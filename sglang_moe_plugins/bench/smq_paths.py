@@ -3,8 +3,6 @@ its masked fused ``per_token_group_quant``, each as SGLang calls it or through t
 
 from __future__ import annotations
 
-from typing import Optional
-
 from ..ops.silu_mul_quant import SiluMulQuantInputs, describe
 from .smq_cases import Case
 
@@ -32,7 +30,7 @@ class Paths:
             return None
 
     @staticmethod
-    def shape_config(gateup, masked_m, case: Case, layout: Optional[str] = None):
+    def shape_config(gateup, masked_m, case: Case, layout: str | None = None):
         return describe(
             gateup,
             masked_m,
@@ -67,7 +65,7 @@ class Paths:
     def jit_layout(self, case: Case) -> str:
         return "ue8m0_packed" if case.ue8m0 else "row_major"
 
-    def jit_via(self, case: Case) -> Optional[str]:
+    def jit_via(self, case: Case) -> str | None:
         # SGLang's kernel as SGLang calls it ("raw"); the jit_ep plugin adds a masked_m clamp kernel in
         # front (the op's defined result for masked_m outside [0, N]), timed separately as jit_ep_plugin
         if self.host is not None and case.jit_reason() is None:
@@ -132,7 +130,7 @@ class Paths:
     def fb_layout(self, case: Case) -> str:
         return case.layout
 
-    def fb_via(self, case: Case) -> Optional[str]:
+    def fb_via(self, case: Case) -> str | None:
         if self.host is not None and not case.swizzle and case.limit is None:
             return "raw"  # SGLang's default path as SGLang calls it (the plugin adds a masked_m clamp)
         if self.fb_plugin is not None:

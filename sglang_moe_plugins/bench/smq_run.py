@@ -7,7 +7,8 @@ import json
 import pathlib
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Callable, Iterator, Protocol
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import torch
 
@@ -36,9 +37,9 @@ def copy_bandwidth(nbytes: int = 2**30) -> float:
     try:
         from triton.testing import do_bench
     except ImportError:
-        us = graph_time_us([lambda: y.copy_(x)], min_calls=4)
+        us = graph_time_us([lambda: y.copy_(x)], min_calls=4)  # noqa: F821 - a closure's name, del'd later
     else:
-        us = do_bench(lambda: y.copy_(x), warmup=50, rep=300, return_mode="median") * 1e3
+        us = do_bench(lambda: y.copy_(x), warmup=50, rep=300, return_mode="median") * 1e3  # noqa: F821 - a closure's name, del'd later
     del x, y
     torch.cuda.empty_cache()
     return 2 * nbytes / (us * 1e-6)

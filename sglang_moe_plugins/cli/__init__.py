@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import MoEPluginsError
 from .util import Parser, UsageError, fail, set_argv

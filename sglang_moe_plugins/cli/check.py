@@ -20,7 +20,8 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Sequence, TextIO
+from collections.abc import Sequence
+from typing import Any, TextIO
 
 __all__ = [
     "add_arguments",
@@ -144,8 +145,8 @@ def _case_table(report: Any) -> str:
 def cmd_check(args: argparse.Namespace) -> int:
     """Run the suite as ``args`` say; print; return the exit status."""
     from ..errors import MoEPluginsError
-    from ..testing.report import FAILED, INCOMPLETE, PASSED
     from ..testing.case import SuiteOptions
+    from ..testing.report import FAILED, INCOMPLETE, PASSED
     from ..testing.suite import run_conformance
 
     overrides: dict[str, Any] = {

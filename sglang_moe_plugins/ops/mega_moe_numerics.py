@@ -6,8 +6,8 @@ them from there."""
 
 from __future__ import annotations
 
-from .mega_moe.formats import *  # noqa: F401,F403
+from .mega_moe.formats import *  # noqa: F403
 from .mega_moe.formats import __all__ as _formats_all
 from .mega_moe.reference import mega_moe_reference
 
-__all__ = [*_formats_all, "mega_moe_reference"]
+__all__ = [*_formats_all, "mega_moe_reference"]  # noqa: PLE0604 - formats.__all__ is a list of str

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "ALIGNMENT",
@@ -59,7 +60,7 @@ def triton_has_pdl() -> bool:
     return has_option and hasattr(tl_cuda, "gdc_wait") and hasattr(tl_cuda, "gdc_launch_dependents")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pdl_supported(device_index: int) -> bool:
     """Programmatic dependent launch on CUDA device ``device_index``: sm90+ and a Triton that has it."""
     import torch
@@ -125,7 +126,7 @@ class LowLevelLaunch:
     Raises ``RuntimeError`` at construction when this Triton's ``CompiledKernel`` lacks the
     low-level entry point (callers then keep the JIT path)."""
 
-    __slots__ = ("compiled", "grid", "tail", "device_index", "_run", "_function", "_packed", "_knobs", "_stream")
+    __slots__ = ("_function", "_knobs", "_packed", "_run", "_stream", "compiled", "device_index", "grid", "tail")
 
     def __init__(self, compiled: Any, grid: tuple[int, int, int], tail: tuple, device_index: int) -> None:
         run = getattr(compiled, "run", None)

@@ -17,8 +17,9 @@ Otherwise the op is reported as not covered by the suite yet.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import torch
 

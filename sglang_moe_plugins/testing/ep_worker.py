@@ -21,9 +21,9 @@ def run_rank(job: dict[str, Any], rank: int) -> dict[str, Any]:
 
     from ..ops import mega_moe as mm
     from ..ops.mega_moe.reference import mega_moe_reference
+    from .case import poison
     from .execute import error_text
     from .loading import load_plugin
-    from .case import poison
     from .ops.mega_moe import compare_rows, find_unwritten_rows
     from .ops.mega_moe_cases import make_problem
 

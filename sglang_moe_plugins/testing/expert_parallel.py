@@ -21,7 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 

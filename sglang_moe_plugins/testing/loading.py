@@ -11,8 +11,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import MoEPluginsError
 from ..core.registry import ENTRY_POINT_GROUP
+from ..errors import MoEPluginsError
 
 try:  # Python 3.12+ has the selectable entry_points API in the stdlib.
     from importlib.metadata import entry_points

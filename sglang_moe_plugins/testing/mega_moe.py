@@ -24,8 +24,6 @@ from .ops.mega_moe_cases import (
     megamoe_capable,
     weight_budget,
 )
-from .ops.mega_moe_cases import parse_batch as _parse_batch
-from .ops.mega_moe_cases import route as _route
 
 warnings.warn(
     "sglang_moe_plugins.testing.mega_moe is deprecated: import from sglang_moe_plugins.testing.ops.mega_moe "

@@ -12,8 +12,8 @@ import importlib
 import inspect
 from typing import Any
 
-from ..log import get_logger
 from ..core.registry import ENTRY_POINT_GROUP
+from ..log import get_logger
 
 try:
     from importlib.metadata import PackageNotFoundError, distribution, entry_points

@@ -19,7 +19,8 @@ The suite's modules, and torch with them, are imported only when a test asks for
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 

@@ -40,8 +40,8 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
+import torch
+import torch.distributed as dist
 from mega_sm90_common import (
     DEEPGEMM_CALC_DIFF_TOL,
     SHAPES,
@@ -51,11 +51,11 @@ from mega_sm90_common import (
     compare,
     env_ok,
     poisoned_outputs,
-)  # noqa: E402
+)
 
-from sglang_moe_plugins import api  # noqa: E402
-from sglang_moe_plugins.ops import mega_moe as mm  # noqa: E402
-from sglang_moe_plugins.ops.mega_moe.sm90 import sm90_numerics_for, sm90_reference_slots  # noqa: E402
+from sglang_moe_plugins import api
+from sglang_moe_plugins.ops import mega_moe as mm
+from sglang_moe_plugins.ops.mega_moe.sm90 import sm90_numerics_for, sm90_reference_slots
 
 #: (label, experts, hidden, inter, top_k, tokens per rank, clamp)
 CASES = [

@@ -33,8 +33,10 @@ for _name, _value in (
 
 import torch  # noqa: E402
 
-from sglang_moe_plugins.ops import mega_moe as mm  # noqa: E402
-from sglang_moe_plugins.ops import mega_moe_numerics as nm  # noqa: E402
+from sglang_moe_plugins.ops import (  # noqa: E402
+    mega_moe as mm,
+    mega_moe_numerics as nm,
+)
 from sglang_moe_plugins.ops.mega_moe.sm90 import Sm90Numerics  # noqa: E402
 from sglang_moe_plugins.testing.ops.mega_moe_cases import route as _route  # noqa: E402
 

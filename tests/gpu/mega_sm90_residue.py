@@ -30,10 +30,10 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-import torch  # noqa: E402
-from mega_sm90_common import build_case, compare, direct_buffer, direct_call, env_ok, reference, single_rank_group  # noqa: E402
+import torch
+from mega_sm90_common import build_case, compare, direct_buffer, direct_call, env_ok, reference, single_rank_group
 
-from sglang_moe_plugins.ops.mega_moe.sm90 import Sm90Numerics, sm90_block_m  # noqa: E402
+from sglang_moe_plugins.ops.mega_moe.sm90 import Sm90Numerics, sm90_block_m
 
 #: (E, H, I, T, top_k, clamp): the issue's table, then the catalog shapes at prefill T
 CASES = [

@@ -81,11 +81,11 @@ def host_specs(seed: int, examples: int) -> tuple[list, list]:
 
     sys.path.insert(0, str(HERE.parent))
     import fuzz_cases as fc
-    from sglang_moe_plugins.bench.sglang_kernels import plugin_specs
 
+    from sglang_moe_plugins.bench.sglang_kernels import plugin_specs
     from sglang_moe_plugins.hardware import Platform
-    from sglang_moe_plugins.plugins.sglang_kernels.host import HostKernels, use_host_kernels
     from sglang_moe_plugins.plugins.sglang_kernels.fp8_fallback import Fp8FallbackPlugin
+    from sglang_moe_plugins.plugins.sglang_kernels.host import HostKernels, use_host_kernels
     from sglang_moe_plugins.plugins.sglang_kernels.jit_ep import JitEpPlugin
 
     jit_ep, fallback = JitEpPlugin(), Fp8FallbackPlugin()
@@ -110,6 +110,7 @@ def compile_host(directory: Path, seed: int, examples: int, workers: int) -> int
     in the layout of ``.device/sgl_prebuilt``; modules already there are skipped."""
     dsv4, ptgq = host_specs(seed, examples)  # puts tests/gpu on sys.path
     from sglang_host import JIT_ROOT
+
     from sglang_moe_plugins.bench.sglang_kernels import SglangJit
 
     jit = SglangJit(JIT_ROOT, directory)

@@ -91,7 +91,7 @@ ids = [p.name for p in PLUGINS]
 def test_masked_m_clamped_to_0_N(plugin, given, layout):
     n = 8
     gateup = gateup_for(4, n, 512)
-    got, shape, config = run(plugin, gateup, torch.tensor(given, dtype=torch.int32, device=CUDA), layout=layout)
+    got, _shape, _config = run(plugin, gateup, torch.tensor(given, dtype=torch.int32, device=CUDA), layout=layout)
     clamped = torch.tensor([min(max(v, 0), n) for v in given], dtype=torch.int32, device=CUDA)
     want, _, _ = run(plugin, gateup, clamped, layout=layout)
     assert_same(got, want, clamped, n)
@@ -126,7 +126,7 @@ def test_huge_finite_input_never_gives_nan(plugin):
     x = (torch.rand(4, 8, 1024, generator=gen) * 2 - 1) * big
     gateup = x.to(torch.bfloat16).to(CUDA)
     masked = torch.tensor([8, 8, 3, 0], dtype=torch.int32, device=CUDA)
-    got, shape, config = run(plugin, gateup, masked)
+    got, _shape, _config = run(plugin, gateup, masked)
     real = smq.real_rows(masked.cpu(), 8)
     q = got.out.cpu().float()[real]
     assert not torch.isnan(q).any() and q.abs().max() <= 448
@@ -140,7 +140,7 @@ def test_huge_finite_input_never_gives_nan(plugin):
 def test_empty_calls(plugin, e, n, masked):
     gateup = gateup_for(e, n, 512)
     m = torch.tensor(masked, dtype=torch.int32, device=CUDA)
-    got, shape, _ = run(plugin, gateup, m)
+    got, _shape, _ = run(plugin, gateup, m)
     assert got.out.shape == (e, n, 512)  # no real row: nothing to check (padding contents are unspecified)
 
 

@@ -35,8 +35,8 @@ from sglang_moe_plugins import KernelNotAvailableError, Plugin, Registry, Select
 from sglang_moe_plugins.config import parse_config  # noqa: E402
 from sglang_moe_plugins.hardware import local_platform  # noqa: E402
 from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
-from sglang_moe_plugins.testing.ops.silu_mul_quant import compare_with_fp64, tolerance_for  # noqa: E402
 from sglang_moe_plugins.testing.case import poison  # noqa: E402
+from sglang_moe_plugins.testing.ops.silu_mul_quant import compare_with_fp64, tolerance_for  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 OP = smq.OP

@@ -38,14 +38,14 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():  # pragma: no cover - depends on the machine
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
-from builtin_eps import builtin_entry_points  # noqa: E402
 import fuzz_cases as fc  # noqa: E402
+from builtin_eps import builtin_entry_points  # noqa: E402
 from fuzz_cases import PROFILE, SEED  # noqa: E402
 
 from sglang_moe_plugins import Registry, UserConfig  # noqa: E402
 from sglang_moe_plugins.hardware import local_platform  # noqa: E402
-from sglang_moe_plugins.plugins.sglang_kernels.host import host_kernels_source, use_host_kernels  # noqa: E402
 from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
+from sglang_moe_plugins.plugins.sglang_kernels.host import host_kernels_source, use_host_kernels  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 EXAMPLES = int(os.environ.get("MOE_FUZZ_EXAMPLES", 150 if PROFILE == "ci" else 10_000))

@@ -21,11 +21,11 @@ if JIT is None:  # pragma: no cover - depends on the machine
 
 from sglang_moe_plugins.catalog import load_catalog  # noqa: E402
 from sglang_moe_plugins.hardware import platform_of  # noqa: E402
-from sglang_moe_plugins.plugins.sglang_kernels.host import use_host_kernels  # noqa: E402
 from sglang_moe_plugins.ops import silu_mul_quant as smq  # noqa: E402
-from sglang_moe_plugins.plugins.sglang_kernels.fp8_fallback import Fp8FallbackPlugin  # noqa: E402
-from sglang_moe_plugins.plugins.sglang_kernels.jit_ep import JitEpPlugin  # noqa: E402
 from sglang_moe_plugins.plugins.reference import silu_mul_quant_reference  # noqa: E402
+from sglang_moe_plugins.plugins.sglang_kernels.fp8_fallback import Fp8FallbackPlugin  # noqa: E402
+from sglang_moe_plugins.plugins.sglang_kernels.host import use_host_kernels  # noqa: E402
+from sglang_moe_plugins.plugins.sglang_kernels.jit_ep import JitEpPlugin  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

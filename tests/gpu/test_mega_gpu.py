@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 import torch
-
 from _mega_cases import make_problem
+
 from sglang_moe_plugins.ops import mega_moe as mm
 from sglang_moe_plugins.ops.mega_moe import formats as nm
 from sglang_moe_plugins.plugins.reference.mega_moe import MegaReferencePlugin

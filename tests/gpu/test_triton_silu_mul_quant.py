@@ -280,7 +280,7 @@ def test_non_finite_policy(layout, limit):
 
 
 # ---------------------------------------------------------------- prepared launch (issue 12)
-from sglang_moe_plugins.ops.silu_mul_quant import SiluMulQuantOutputs, expected_scale_strides  # noqa: E402
+from sglang_moe_plugins.ops.silu_mul_quant import SiluMulQuantOutputs  # noqa: E402
 from sglang_moe_plugins.plugins.triton_smq import launch as K  # noqa: E402
 from sglang_moe_plugins.plugins.triton_smq.tuning import choose_config  # noqa: E402
 from sglang_moe_plugins.quant import round_to_bf16  # noqa: E402

@@ -16,8 +16,9 @@ CPU-only host it is therefore the plugin selected for the calls it supports.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from sglang_moe_example_plugin import ExampleTorchPlugin
+
 from sglang_moe_plugins import Registry, Support
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import silu_mul_quant as smq

@@ -37,9 +37,10 @@ import inspect
 import os
 import pathlib
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from ...log import get_logger
 from ...signatures import ast_parameter_names, parameter_names
@@ -272,7 +273,7 @@ def _detect_cached() -> DeepGemmApi:
         spec = None
     if spec is None or not spec.submodule_search_locations:
         return DeepGemmApi(flavour="absent", legacy_env=legacy_env_set())
-    api = api_from_source_dir(list(spec.submodule_search_locations)[0])
+    api = api_from_source_dir(next(iter(spec.submodule_search_locations)))
     logger.debug("sglang-moe-plugins: detected %s at %s", api.describe(), api.origin)
     return api
 
@@ -301,7 +302,7 @@ def api_of_module(module: ModuleType | Any, environ: Mapping[str, str] | None = 
     mega = getattr(module, "mega", None)
     refuses = callable(getattr(mega, "_check_legacy_fp4_acts_env", None))
     try:
-        quantize = getattr(getattr(getattr(module, "utils"), "math"), _E2M1_FUNCTION)
+        quantize = getattr(module.utils.math, _E2M1_FUNCTION)
         ties = _e2m1_ties_of(ast.parse(textwrap.dedent(inspect.getsource(quantize))))
     except Exception:  # noqa: BLE001 - a stand-in without it, or no source: unknown
         ties = None

@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 

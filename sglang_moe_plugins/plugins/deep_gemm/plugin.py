@@ -27,9 +27,10 @@ import), so every rank answers the same.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from ...contract import OptionValueError, Plugin, Support
 from ...hardware import Platform, triton_available

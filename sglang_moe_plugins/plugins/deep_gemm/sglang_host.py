@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import inspect
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ...errors import KernelNotAvailableError
 from ...signatures import accepted_keywords

@@ -24,8 +24,9 @@ import contextlib
 import importlib.util
 import pathlib
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ...contract import Support
 from ...hardware import Platform

@@ -13,8 +13,9 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -40,7 +41,7 @@ _MAX_BLOCK_E = 1024
 _MIN_BLOCK_E = 16  # E = 1 ... 16 share one compiled kernel (the masked_m vector is padded, not the work)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sm_count(device_index: int) -> int:
     """Multiprocessor count of a CUDA device (device properties only, cached)."""
     return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
@@ -295,7 +296,7 @@ def prepare_launch(
         return jit
     try:
         compiled = compile_specialisation(silu_mul_quant_kernel, dtypes + runtime, kwargs, device_index)
-        tail = ordered_arguments(silu_mul_quant_kernel.arg_names, (0, 0, 0, 0) + runtime, kwargs)[4:]
+        tail = ordered_arguments(silu_mul_quant_kernel.arg_names, (0, 0, 0, 0, *runtime), kwargs)[4:]
         low = LowLevelLaunch(compiled, (grid[0], 1, 1), tail, device_index)
     except Exception as exc:  # noqa: BLE001 - another Triton: the JIT path still launches the same kernel
         reason = f"{type(exc).__name__}: {exc}"

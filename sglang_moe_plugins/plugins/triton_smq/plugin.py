@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable
 from types import MappingProxyType
-from typing import Any, Callable
+from typing import Any
 
 from ...contract import Plugin, Support
 from ...hardware import Platform, triton_available
