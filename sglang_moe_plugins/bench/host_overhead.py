@@ -9,11 +9,13 @@ import pathlib
 import platform as _platform
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from .dist_info import temporary_site
+from .host_overhead_sglang import _sglang_jit, sglang_dsv4_branch
 
 __all__ = [
     "REPEATS",
@@ -45,7 +47,7 @@ SHAPES = [
     ("Qwen3-30B EP1 decode", 128, 64, 768, 8, None, False),
 ]
 #: The CPU section adds a small call, where allocating the outputs costs little on a CPU host.
-CPU_SHAPES = SHAPES + [("small (E=8, N=16, D=512)", 8, 16, 512, 2, None, False)]
+CPU_SHAPES = [*SHAPES, ("small (E=8, N=16, D=512)", 8, 16, 512, 2, None, False)]
 
 
 def time_calls(fn: Callable[[], Any], repeats: int, calls: int, sync: Callable[[], None] | None = None) -> list[float]:
@@ -226,95 +228,20 @@ def cpu_section(repeats: int, calls: int) -> dict:
     return {"rows": rows}
 
 
-# ------------------------------------------------------------------------------------------ gpu
-def sglang_dsv4_branch(dsv4_wrapper: Callable[..., None], ue8m0: bool):
-    """SGLang 0.5.23's ``_varlen_deep_gemm_silu_mul_quant`` for calls that take its DSV4 branch, line by line
-    (deep_gemm.py 1550-1645), over ``dsv4_wrapper`` (SGLang's ``silu_and_mul_masked_post_quant`` as
-    :mod:`.sglang_kernels` builds it). Also the stand-in ``original`` for our hook."""
-
-    def original(
-        gateup_output,
-        masked_m,
-        group_size,
-        topk,
-        swiglu_limit=None,
-        swizzle=False,
-        gemm1_alpha=None,
-        gemm1_clamp_limit=None,
-        num_real_tokens=None,
-        silu_mul_keep_fp32=False,
-    ):
-        if masked_m is None:  # SGLang's own asserts, kept as raises (an assert vanishes under python -O)
-            raise AssertionError("masked_m is required")
-        hidden_states_device = gateup_output.device
-        E, N, D_2 = gateup_output.shape
-        D = D_2 // 2
-        del D_2
-        G = D // group_size
-        if silu_mul_keep_fp32 and gemm1_alpha is not None:
-            raise ValueError("silu_mul_keep_fp32 does not support gemm1_alpha")
-        if gemm1_alpha is not None:
-            raise NotImplementedError("gpt-oss branch not built for the benchmark")
-        if swiglu_limit is not None or swizzle or silu_mul_keep_fp32:
-            if not (N % 4 == 0 and G % 4 == 0 and D // 8 >= E):
-                raise AssertionError(
-                    f"DSV4 JIT activation requires N % 4 == 0, G % 4 == 0 and D // 8 >= num_experts, "
-                    f"got N={N} G={G} D={D} E={E}"
-                )
-            packed_ue8m0 = ue8m0
-            down_input = torch.empty((E, N, D), device=hidden_states_device, dtype=torch.float8_e4m3fn)
-            down_input_scale = torch.empty(
-                (E, G // 4, N) if packed_ue8m0 else (E, N, G),
-                device=hidden_states_device,
-                dtype=torch.int32 if packed_ue8m0 else torch.float32,
-            )
-            dsv4_wrapper(
-                gateup_output,
-                down_input,
-                down_input_scale,
-                group_size,
-                masked_m,
-                scale_ue8m0=packed_ue8m0,
-                topk=topk,
-                transposed=packed_ue8m0,
-                swiglu_limit=swiglu_limit,
-                swizzle=swizzle,
-            )
-            if packed_ue8m0:
-                down_input_scale = down_input_scale.transpose(-1, -2)
-            return down_input, down_input_scale
-        raise NotImplementedError("the default per_token_group_quant branch is not built for the benchmark")
-
-    return original
-
-
-def _sglang_jit(jit_root: pathlib.Path, prebuilt: pathlib.Path) -> tuple[Any, str]:
-    try:
-        import tvm_ffi  # noqa: F401
-
-        from .sglang_kernels import SglangJit
-    except ImportError as exc:
-        return None, f"apache-tvm-ffi is not importable ({exc})"
-    if not (jit_root / "include").is_dir():
-        return None, f"no sglang JIT sources under {jit_root}"
-    return SglangJit(jit_root, prebuilt_root=prebuilt if prebuilt.is_dir() else None), ""
-
-
 def gpu_section(repeats: int, calls: int, jit_root: pathlib.Path, prebuilt: pathlib.Path, root: pathlib.Path) -> dict:
     """The GPU section; ``root`` is the checkout whose pyproject.toml names the built-in plugins where the
     package is not installed."""
     if not torch.cuda.is_available():
         return {"skipped": "no CUDA device", "rows": []}
-    from .dist_info import checkout_entry_points
-
     from .. import api
     from ..config import parse_config
     from ..integrations.sglang import silu_mul_quant_hook
     from ..ops import silu_mul_quant as smq
     from ..plugins.triton_smq import launch as kernel
-    from ..plugins.triton_smq.tuning import choose_config
     from ..plugins.triton_smq.plugin import TritonPlugin
+    from ..plugins.triton_smq.tuning import choose_config
     from ..quant import round_to_bf16
+    from .dist_info import checkout_entry_points
 
     selector = api.reload(parse_config({"force": {smq.OP: "triton"}}), entry_points=checkout_entry_points(root))
     jit, jit_note = _sglang_jit(jit_root, prebuilt)

@@ -1,15 +1,22 @@
 """What a shape key is bound to: :class:`BoundOp` (made by :meth:`.dispatcher.Selector.bind`, run by
-:meth:`.dispatcher.Selector.call`), and which inputs a failed plugin may have written."""
+:meth:`.dispatcher.Selector.call`), which inputs a failed plugin may have written, and the call-time
+facts the selector reads about a call (its device, CUDA graph capture, a wrong result's error)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
+from ..errors import OutputValidationError
+from ..lazy import lazy_module
 from .registry import PluginRecord
 
 if TYPE_CHECKING:
     import torch
+else:
+    torch = lazy_module("torch", globals())  # torch itself from its first use on (sglang_moe_plugins.lazy)
 
 __all__ = ["BoundOp", "inputs_maybe_written"]
 
@@ -86,3 +93,31 @@ def inputs_maybe_written(
     except Exception:  # noqa: BLE001 - a broken declaration counts as 'may write anything'
         return marked
     return tuple(name for name in marked if name in names)
+
+
+def _wrong_result(bound: BoundOp, returned: Any) -> OutputValidationError:
+    want = bound.output_type.__name__ if bound.output_type is not None else "None"
+    return OutputValidationError(
+        f"plugin {bound.name!r} returned {type(returned).__name__} from {'its launch' if bound.prepared else 'run()'} "
+        f"on op {bound.op!r}; it must return None (outputs filled in place) or {want}"
+    )
+
+
+def _inputs_device(inputs: Any) -> torch.device:
+    device = getattr(inputs, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    for item in dataclasses.fields(inputs):
+        value = getattr(inputs, item.name)
+        if isinstance(value, torch.Tensor):
+            return value.device
+    raise TypeError(f"cannot tell the device of {type(inputs).__name__}: it holds no tensor")
+
+
+def _capturing(inputs: Any) -> bool:
+    """Whether the call's CUDA stream is being captured into a graph (False off CUDA)."""
+    try:
+        device = _inputs_device(inputs)
+    except TypeError:
+        return False
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()

@@ -26,17 +26,17 @@ grow memory.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Hashable
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any, cast
 
 from ..counters import counter
 from ..errors import InvalidArgumentError, MoEPluginsError, NoPluginAvailableError, OutputValidationError
 from ..lazy import lazy_module
 from ..log import LogOnce, get_logger
 from ..ops import get_op
-from .bound import BoundOp, inputs_maybe_written
+from .bound import BoundOp, _capturing, _inputs_device, _wrong_result, inputs_maybe_written
 from .decide import Candidate, Selection, Verdict, decide, info_line, reasons_line
 from .registry import PluginRecord, Registry
 
@@ -50,34 +50,6 @@ __all__ = ["BoundOp", "CACHE_CAP", "Candidate", "Selection", "Selector", "Verdic
 logger = get_logger(__name__)
 #: Most keys kept by each cache of a selector (selections, bound ops, the hooks' argument keys).
 CACHE_CAP = 4096
-
-
-def _wrong_result(bound: BoundOp, returned: Any) -> OutputValidationError:
-    want = bound.output_type.__name__ if bound.output_type is not None else "None"
-    return OutputValidationError(
-        f"plugin {bound.name!r} returned {type(returned).__name__} from {'its launch' if bound.prepared else 'run()'} "
-        f"on op {bound.op!r}; it must return None (outputs filled in place) or {want}"
-    )
-
-
-def _inputs_device(inputs: Any) -> torch.device:
-    device = getattr(inputs, "device", None)
-    if isinstance(device, torch.device):
-        return device
-    for field in dataclasses.fields(inputs):
-        value = getattr(inputs, field.name)
-        if isinstance(value, torch.Tensor):
-            return value.device
-    raise TypeError(f"cannot tell the device of {type(inputs).__name__}: it holds no tensor")
-
-
-def _capturing(inputs: Any) -> bool:
-    """Whether the call's CUDA stream is being captured into a graph (False off CUDA)."""
-    try:
-        device = _inputs_device(inputs)
-    except TypeError:
-        return False
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 class Selector:
@@ -125,7 +97,7 @@ class Selector:
             raise NoPluginAvailableError(op, selection.key_description(), rejections, forced=forced)
         return selection
 
-    def _fits(self, what: str, cache: dict) -> bool:
+    def _fits(self, what: str, cache: dict[Any, Any]) -> bool:
         """Whether ``cache`` may take one more key; logs once per cache when the cap is reached."""
         if len(cache) < CACHE_CAP:
             return True
@@ -189,7 +161,7 @@ class Selector:
                 bound = self._bound.get(key)
                 if bound is not None:
                     return bound
-                record = self.select(op, shape, config).chosen
+                record = cast(PluginRecord, self.select(op, shape, config).chosen)  # select() raises when none
                 try:
                     bound = self._make_bound(op, shape, config, record)
                 except Exception as exc:  # noqa: BLE001 - the failure policy decides
@@ -301,7 +273,7 @@ class Selector:
             return outputs
         except Exception as exc:  # noqa: BLE001 - the failure policy decides
             key = (bound.op, bound.shape, bound.config)
-            written = ()
+            written: tuple[str, ...] = ()
             if bound.writable_inputs:
                 written = inputs_maybe_written(
                     bound.record.plugin, bound.writable_inputs, inputs, bound.shape, bound.config

@@ -15,11 +15,15 @@ name must equal its plugin's ``name`` (``disable`` and ``allow`` match entry-poi
 from __future__ import annotations
 
 import logging
-import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any
 
+from ..config import UserConfig
+from ..errors import ConfigError, PluginValidationError
+from ..log import get_logger
+from ..ops import OPS
 from .discovery import (
     BUILTIN_DISTRIBUTION,
     BUILTIN_MODULE_PREFIX,
@@ -27,23 +31,18 @@ from .discovery import (
     EntryPointInfo,
     NotLoaded,
     admission,
+    builtins_first,
     check_absent_references,
     config_for_check,
-    builtins_first,
     describe_entry_point,
     installed_entry_points,
 )
-from .._version import CONTRACT_VERSION
-from ..config import UserConfig
-from ..contract import OptionValueError
-from ..errors import ConfigError, PluginValidationError
-from ..log import get_logger
-from ..ops import OPS
+from .validation import _Attrs, _merge_options, _read_attrs, validate_plugin
 
 try:  # Python 3.12+ has the selectable entry_points API in the stdlib.
     from importlib.metadata import EntryPoint
 except ImportError:  # pragma: no cover
-    from importlib_metadata import EntryPoint  # type: ignore[no-redef]
+    from importlib_metadata import EntryPoint  # type: ignore[assignment]
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -58,7 +57,6 @@ __all__ = [
 logger = get_logger(__name__)
 
 ENTRY_POINT_GROUP = "sglang_moe_plugins.kernels"
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 #: Never swallowed while a plugin loads.
 _PASS_THROUGH = (KeyboardInterrupt, GeneratorExit)
 
@@ -111,56 +109,6 @@ class LoadProblem:
         return f"plugin entry point {self.entry_point!r} ({self.value}, from {dist}) skipped: {self.error}"
 
 
-@dataclass(frozen=True)
-class _Attrs:
-    """A plugin's contract attributes, read once."""
-
-    name: str
-    op: str
-    priority: int
-    enabled_by_default: bool
-    options: Mapping[str, Any]
-
-
-def _read_attrs(plugin: Any, origin: str) -> _Attrs:
-    name = getattr(plugin, "name", None)
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise PluginValidationError(f"{origin}: name={name!r} must be a string matching {_NAME_RE.pattern}")
-    who = f"plugin {name!r} ({origin})"
-    op = getattr(plugin, "op", None)
-    if op not in OPS:
-        raise PluginValidationError(f"{who}: op={op!r} is not a known op; known ops: {', '.join(sorted(OPS))}")
-    priority = getattr(plugin, "priority", None)
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise PluginValidationError(f"{who}: priority={priority!r} must be an int (higher is tried first)")
-    for method in ("supports", "run"):
-        if not callable(getattr(plugin, method, None)):
-            raise PluginValidationError(f"{who}: {method} must be a method; see sglang_moe_plugins.contract")
-    prepare = getattr(plugin, "prepare", None)
-    if prepare is not None and not callable(prepare):
-        raise PluginValidationError(
-            f"{who}: prepare={prepare!r} must be a method prepare(shape, config) -> launch or None"
-        )
-    version = getattr(plugin, "contract_version", CONTRACT_VERSION)
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise PluginValidationError(f"{who}: contract_version={version!r} must be an int")
-    if version != CONTRACT_VERSION:
-        raise PluginValidationError(
-            f"{who}: written for plugin contract version {version}, this sglang-moe-plugins implements "
-            f"version {CONTRACT_VERSION}; update the plugin (docs/authoring.md, 'Versioning')"
-        )
-    options = getattr(plugin, "options", {})
-    if not isinstance(options, Mapping):
-        raise PluginValidationError(f"{who}: options={options!r} must be a mapping of option name to default value")
-    return _Attrs(name, str(op), int(priority), bool(getattr(plugin, "enabled_by_default", True)), options)
-
-
-def validate_plugin(plugin: Any, origin: str) -> None:
-    """Raise PluginValidationError if ``plugin`` does not satisfy the contract. ``origin`` is for messages.
-    An attribute whose access raises lets that exception through (the registry reports it)."""
-    _read_attrs(plugin, origin)
-
-
 def _failure(exc: BaseException) -> str:
     try:
         text = str(exc)
@@ -179,48 +127,6 @@ def _safe_name(plugin: Any) -> str:
     except BaseException:  # noqa: BLE001
         name = None
     return name if isinstance(name, str) else type(plugin).__name__
-
-
-def _merge_options(
-    record_name: str, defaults: Mapping[str, Any], user: Mapping[str, Any], source: str | None, plugin: Any = None
-) -> Mapping[str, Any]:
-    """The plugin's defaults merged with the user's table: unknown names and wrong types are ConfigErrors,
-    and so is a value the plugin's ``check_options(merged)`` rejects (OptionValueError or ValueError)."""
-    merged = dict(defaults)
-    where = f" in {source}" if source else ""
-    for key, value in user.items():
-        if key not in defaults:
-            valid = ", ".join(sorted(defaults)) or "(this plugin has no options)"
-            raise ConfigError(f"unknown option {key!r} for plugin {record_name!r}{where}; valid options: {valid}")
-        default = defaults[key]
-        if (
-            default is not None
-            and not isinstance(value, type(default))
-            and not (isinstance(default, float) and isinstance(value, int))
-        ):
-            raise ConfigError(
-                f"option {key}={value!r} for plugin {record_name!r}{where} must be of type {type(default).__name__} "
-                f"(default {default!r})"
-            )
-        merged[key] = value
-    merged_view = MappingProxyType(merged)
-    check = getattr(plugin, "check_options", None)
-    if check is None:
-        return merged_view
-    if not callable(check):
-        raise ConfigError(
-            f"plugin {record_name!r}: check_options={check!r} must be a method check_options(options) -> None"
-        )
-    try:
-        check(merged_view)
-    except OptionValueError as exc:
-        origin = where if exc.option in user else " (the plugin's default)"
-        raise ConfigError(
-            f"option {exc.option}={exc.value!r} for plugin {record_name!r}{origin} is not accepted; allowed: {exc.allowed}"
-        ) from None
-    except ValueError as exc:
-        raise ConfigError(f"invalid option value for plugin {record_name!r}{where}: {exc}") from None
-    return merged_view
 
 
 def _reserved_name(info: EntryPointInfo, builtins: Mapping[str, EntryPointInfo]) -> LoadProblem:
@@ -283,7 +189,7 @@ class Registry:
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
-    def discover(cls, config: UserConfig | None = None, eps: Iterable[EntryPoint] | None = None) -> "Registry":
+    def discover(cls, config: UserConfig | None = None, eps: Iterable[EntryPoint] | None = None) -> Registry:
         """Load the entry points of ``sglang_moe_plugins.kernels`` that may load and apply ``config``."""
         config = config or UserConfig()
         problems: list[LoadProblem] = []
@@ -334,7 +240,7 @@ class Registry:
     @classmethod
     def from_plugins(
         cls, plugins: Iterable[Any], config: UserConfig | None = None, distribution: str | None = None
-    ) -> "Registry":
+    ) -> Registry:
         """A registry of plugin objects given directly (tests, notebooks, embedding). They are trusted as
         given: ``allow`` and the reserved built-in names apply to entry points only."""
         return cls._build([(p, None, distribution) for p in plugins], [], config or UserConfig())
@@ -346,7 +252,7 @@ class Registry:
         problems: list[LoadProblem],
         config: UserConfig,
         not_loaded: Iterable[NotLoaded] = (),
-    ) -> "Registry":
+    ) -> Registry:
         not_loaded = tuple(not_loaded)
         accepted: dict[str, tuple[Any, _Attrs, EntryPointInfo | None, str | None]] = {}
         for plugin, info, dist in loaded:
@@ -398,7 +304,7 @@ class Registry:
                 enabled, status = False, "disabled (off by default; add it to 'enable')"
             if name in config.priority:
                 status += f"; priority {priority} " + config.provenance.get(f"priority:{name}", "set by config")
-            options = MappingProxyType(dict(attrs.options))
+            options: Mapping[str, Any] = MappingProxyType(dict(attrs.options))
             try:  # a check_options or options setter that breaks is this plugin's problem only
                 options = _merge_options(name, attrs.options, config.options.get(name, {}), config.source, plugin)
                 if options:

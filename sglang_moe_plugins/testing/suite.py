@@ -7,43 +7,42 @@ op's spec) supplies cases, inputs and output checks.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import random
 import statistics
 import time
 from collections import defaultdict
-from typing import Any, Callable, Sequence
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from ..contract import Support
+from ..core.registry import validate_plugin
 from ..errors import InvalidArgumentError, MoEPluginsError
-from ..hardware import Platform, platform_of
+from ..hardware import platform_of
 from ..log import get_logger
 from ..ops import OPS
-from ..core.registry import validate_plugin
+from .adapters import SupportsOnlyConformance, conformance_for
 from .case import (
     DEFAULT_CPU_CATALOG_RUNS,
     DEFAULT_CPU_MAX_ELEMENTS,
     DEFAULT_CUDA_MAX_ELEMENTS,
     FULL,
     NONE,
-    SUPPORTS_ONLY,
-    OpConformance,
     SuiteCase,
     SuiteOptions,
-    catalog_models,
+)
+from .execute import (
+    Checks as _Checks,
+    describe as _describe,
+    error_text as _error_text,
+    execute_case,
+    is_deterministic,
+    short as _short,
 )
 from .loading import LoadedPlugin, load_plugin
-from .execute import Checks as _Checks
-from .execute import copy_value as _copy
-from .execute import describe as _describe
-from .execute import error_text as _error_text
-from .execute import execute_case, is_deterministic
-from .execute import short as _short
 from .names import check_name
-from .supports_cost import ask, ask_all
 from .report import FAILED, PASSED, CaseFailure, CaseResult, ConformanceReport
+from .supports_cost import _check_supports, ask_all
 
 __all__ = [
     "SuiteOptions",
@@ -68,56 +67,6 @@ EstimateCallback = Callable[[float, int], None]
 ESTIMATE_THRESHOLD_S = 30.0
 
 
-class SupportsOnlyConformance:
-    """Cases from an op module's ``cases_for_model``; nothing is run (no inputs, no tolerance policy)."""
-
-    coverage = SUPPORTS_ONLY
-
-    def __init__(self, op: str, cases_for_model: Any):
-        self.op = op
-        self._cases_for_model = cases_for_model
-        self.note = (
-            f"ops.{op} offers shapes (cases_for_model) but no input generator or tolerance policy "
-            "(a 'conformance' object): supports() is checked, run() is not exercised by the suite yet"
-        )
-
-    def cases(self, options: SuiteOptions, platform: Platform, seed: int) -> Sequence[SuiteCase]:
-        from ..catalog import load_catalog
-
-        cases = []
-        for model in catalog_models(options, load_catalog()):
-            for ep in options.eps:
-                if model.experts % ep:
-                    continue
-                for label, shape, config in self._cases_for_model(model, ep=ep, platform=platform):
-                    cases.append(SuiteCase(label, "catalog", shape, config, seed=seed, execute=False, note=self.note))
-        return cases
-
-
-def conformance_for(op: str) -> OpConformance | None:
-    """The adapter of ``op``, or None when the suite does not cover the op yet.
-
-    The op's spec names its adapter factory (``OpSpec.conformance``, ``"module:attr"``, imported here on
-    first use). Without one, the op module's ``conformance`` object or ``cases_for_model`` builder.
-    """
-    spec = OPS.get(op)
-    factory = getattr(spec, "conformance", None)
-    if factory:
-        module, _, attr = factory.partition(":")
-        return getattr(importlib.import_module(module), attr)()
-    try:
-        module = importlib.import_module(f"sglang_moe_plugins.ops.{op}")
-    except ImportError:
-        return None
-    adapter = getattr(module, "conformance", None)
-    if adapter is not None:
-        return adapter
-    builder = getattr(module, "cases_for_model", None)
-    if callable(builder):
-        return SupportsOnlyConformance(op, builder)
-    return None
-
-
 def _resolve_device(spec: str) -> torch.device:
     if spec == "auto":
         return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
@@ -133,79 +82,6 @@ def _resolve_device(spec: str) -> torch.device:
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
     return device
-
-
-def _check_supports(
-    plugin: Any, case: SuiteCase, checks: _Checks, timings: list[float], limit_us: float = float("inf")
-) -> tuple[bool | None, str, list[CaseFailure]]:
-    """Ask supports() three times (twice as drawn, once on copies) under a watch for tensor reads;
-    returns (supported, reason, failures). Stops early after a call over ``limit_us``."""
-    failures: list[CaseFailure] = []
-    answers = []
-    reads: list[str] = []
-    for shape, config in (
-        (case.shape, case.config),
-        (case.shape, case.config),
-        (_copy(case.shape), _copy(case.config)),
-    ):
-        try:
-            answer, micros, read = ask(plugin, shape, config)
-        except Exception as exc:  # noqa: BLE001 - the finding
-            failures.append(
-                checks.fail(
-                    "supports_answer", case, f"supports() raised {_error_text(exc)}; it must return Support.no(reason)"
-                )
-            )
-            return None, f"supports() raised {type(exc).__name__}: {exc}", failures
-        timings.append(micros)
-        answers.append(answer)
-        reads += read
-        if micros > limit_us and len(timings) > 1:
-            break  # over the per-call limit: the caller stops asking
-    if reads:
-        failures.append(
-            checks.fail(
-                "supports_no_sync",
-                case,
-                f"supports() read tensor values ({', '.join(dict.fromkeys(reads))}): "
-                "a host sync, and an answer that may differ between ranks; decide from the shape and config only",
-            )
-        )
-    else:
-        checks.ok("supports_no_sync")
-    if len(answers) < 3:
-        return None, "not decided: supports() went over the per-call time limit", failures
-    first = answers[0]
-    reason = getattr(first, "reason", None)
-    if not isinstance(first, Support) and not isinstance(reason, str):
-        failures.append(
-            checks.fail(
-                "supports_answer", case, f"supports() returned {first!r}; it must return sglang_moe_plugins.Support"
-            )
-        )
-        return None, "no Support returned", failures
-    if not isinstance(reason, str) or not reason.strip():
-        failures.append(
-            checks.fail("supports_answer", case, f"supports() returned {first!r} without a human-readable reason")
-        )
-        return bool(first), "(no reason)", failures
-    checks.ok("supports_answer")
-    keys = [(bool(a), getattr(a, "reason", None)) for a in answers]
-    if keys[0] != keys[1]:
-        failures.append(
-            checks.fail("supports_deterministic", case, f"asked twice, supports() answered {keys[0]} then {keys[1]}")
-        )
-    elif keys[0] != keys[2]:
-        failures.append(
-            checks.fail(
-                "supports_deterministic",
-                case,
-                f"supports() answered {keys[0]}, but {keys[2]} for an equal copy of the shape and config",
-            )
-        )
-    else:
-        checks.ok("supports_deterministic")
-    return bool(first), reason, failures
 
 
 def _select_run_cases(accepted: list[SuiteCase], catalog_limit: int | None, seed: int) -> set[int]:
@@ -365,8 +241,9 @@ def run_conformance(
                 failures = failures + execute_case(plugin, adapter, case, device, checks)
             except Exception as exc:  # noqa: BLE001 - a suite problem must not hide as a pass
                 logger.exception("conformance suite error on case %s", case.label)
-                failures = failures + [
-                    checks.fail("run_no_crash", case, f"the suite itself failed on this case: {_error_text(exc)}")
+                failures = [
+                    *failures,
+                    checks.fail("run_no_crash", case, f"the suite itself failed on this case: {_error_text(exc)}"),
                 ]
             status = FAILED if failures else PASSED
             spent += costs.get(id(case), 0.0)

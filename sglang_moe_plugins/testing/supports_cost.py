@@ -1,5 +1,6 @@
 """How the conformance suite asks ``supports()``: timed, under a watch for tensor-value reads, and stopped
-at the first call over the per-call limit (so a costly ``supports()`` fails in seconds, with progress).
+at the first call over the per-call limit (so a costly ``supports()`` fails in seconds, with progress);
+and how its answers are checked (:func:`_check_supports`: a Support with a reason, deterministic, no sync).
 
 Shapes and configs hold plain Python values only (ints, floats, strings, :class:`Platform`), never
 tensors, so ``supports()`` cannot read call data; a tensor read seen here comes from a tensor the plugin
@@ -10,9 +11,15 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from torch.overrides import TorchFunctionMode
+
+from ..contract import Support
+from .case import SuiteCase
+from .checks import Checks as _Checks, copy_value as _copy, error_text as _error_text
+from .report import CaseFailure
 
 __all__ = ["HostReadWatch", "ask", "ask_all"]
 
@@ -75,3 +82,76 @@ def ask_all(
                 f"{budget_us:.0f} us budget; {left} remaining case(s) not asked"
             )
     return ""
+
+
+def _check_supports(
+    plugin: Any, case: SuiteCase, checks: _Checks, timings: list[float], limit_us: float = float("inf")
+) -> tuple[bool | None, str, list[CaseFailure]]:
+    """Ask supports() three times (twice as drawn, once on copies) under a watch for tensor reads;
+    returns (supported, reason, failures). Stops early after a call over ``limit_us``."""
+    failures: list[CaseFailure] = []
+    answers = []
+    reads: list[str] = []
+    for shape, config in (
+        (case.shape, case.config),
+        (case.shape, case.config),
+        (_copy(case.shape), _copy(case.config)),
+    ):
+        try:
+            answer, micros, read = ask(plugin, shape, config)
+        except Exception as exc:  # noqa: BLE001 - the finding
+            failures.append(
+                checks.fail(
+                    "supports_answer", case, f"supports() raised {_error_text(exc)}; it must return Support.no(reason)"
+                )
+            )
+            return None, f"supports() raised {type(exc).__name__}: {exc}", failures
+        timings.append(micros)
+        answers.append(answer)
+        reads += read
+        if micros > limit_us and len(timings) > 1:
+            break  # over the per-call limit: the caller stops asking
+    if reads:
+        failures.append(
+            checks.fail(
+                "supports_no_sync",
+                case,
+                f"supports() read tensor values ({', '.join(dict.fromkeys(reads))}): "
+                "a host sync, and an answer that may differ between ranks; decide from the shape and config only",
+            )
+        )
+    else:
+        checks.ok("supports_no_sync")
+    if len(answers) < 3:
+        return None, "not decided: supports() went over the per-call time limit", failures
+    first = answers[0]
+    reason = getattr(first, "reason", None)
+    if not isinstance(first, Support) and not isinstance(reason, str):
+        failures.append(
+            checks.fail(
+                "supports_answer", case, f"supports() returned {first!r}; it must return sglang_moe_plugins.Support"
+            )
+        )
+        return None, "no Support returned", failures
+    if not isinstance(reason, str) or not reason.strip():
+        failures.append(
+            checks.fail("supports_answer", case, f"supports() returned {first!r} without a human-readable reason")
+        )
+        return bool(first), "(no reason)", failures
+    checks.ok("supports_answer")
+    keys = [(bool(a), getattr(a, "reason", None)) for a in answers]
+    if keys[0] != keys[1]:
+        failures.append(
+            checks.fail("supports_deterministic", case, f"asked twice, supports() answered {keys[0]} then {keys[1]}")
+        )
+    elif keys[0] != keys[2]:
+        failures.append(
+            checks.fail(
+                "supports_deterministic",
+                case,
+                f"supports() answered {keys[0]}, but {keys[2]} for an equal copy of the shape and config",
+            )
+        )
+    else:
+        checks.ok("supports_deterministic")
+    return bool(first), reason, failures
