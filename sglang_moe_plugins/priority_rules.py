@@ -16,8 +16,9 @@ them once per shape key. ``force`` still wins, and a disabled plugin stays disab
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import ConfigError
 
@@ -153,7 +154,7 @@ def check_priority_rules(
                 )
 
 
-def rule_priorities(rules: tuple[PriorityRule, ...], op: str, shape: Any) -> dict[str, tuple[int, PriorityRule]]:
+def rule_priorities(rules: Sequence[PriorityRule], op: str, shape: Any) -> dict[str, tuple[int, PriorityRule]]:
     """``{plugin: (priority, rule)}`` set by the first matching rule of ``op`` that names each plugin."""
     out: dict[str, tuple[int, PriorityRule]] = {}
     for rule in rules:

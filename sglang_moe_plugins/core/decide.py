@@ -11,8 +11,9 @@ at run time for the key are skipped. :func:`decide` keeps no state and caches no
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, cast
 
 from ..contract import as_support
 from ..priority_rules import PriorityRule, rule_priorities
@@ -90,7 +91,7 @@ class Selection:
 def info_line(selection: Selection, width: int = INFO_LINE_MAX) -> str:
     """A choice in one line of at most ``width`` characters: ``sglang-moe-plugins: <op> -> <plugin> for
     <key>`` (the key cut short with ``...``). Only for a selection that chose a plugin."""
-    head = f"sglang-moe-plugins: {selection.op} -> {selection.chosen.name} for "
+    head = f"sglang-moe-plugins: {selection.op} -> {cast(PluginRecord, selection.chosen).name} for "
     key = selection.key_description()
     room = width - len(head)
     return head + (key if len(key) <= room else key[: room - 3] + "...")
@@ -99,7 +100,7 @@ def info_line(selection: Selection, width: int = INFO_LINE_MAX) -> str:
 def reasons_line(selection: Selection) -> str:
     """A choice in one line with its reasons: the chosen plugin's, and every other plugin's verdict and
     reason. Only for a selection that chose a plugin."""
-    chosen = selection.chosen.name
+    chosen = cast(PluginRecord, selection.chosen).name
     others = "; ".join(
         f"{c.name}: {c.verdict} ({c.reason})" for c in selection.candidates if c.verdict != Verdict.CHOSEN
     )

@@ -20,7 +20,7 @@ from ..errors import ConfigError
 try:  # Python 3.12+ has the selectable entry_points API in the stdlib.
     from importlib.metadata import distributions, entry_points
 except ImportError:  # pragma: no cover
-    from importlib.metadata import distributions, entry_points  # type: ignore[no-redef]
+    from importlib.metadata import distributions, entry_points
 
 __all__ = [
     "BUILTIN_DISTRIBUTION",

@@ -35,8 +35,9 @@ Results defined for data that :func:`describe` cannot check without a host sync 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..errors import InvalidArgumentError, OutputValidationError
 from ..hardware import Platform, platform_of
@@ -296,7 +297,7 @@ def validate_outputs(
         raise fail("scale.stride()", tuple(scale.stride()), f"{strides} for scale_layout={config.scale_layout!r}")
 
 
-def _significant_strides(sizes, strides) -> tuple[int | None, ...]:
+def _significant_strides(sizes: Sequence[int], strides: Sequence[int]) -> tuple[int | None, ...]:
     # A stride of a size-1 dimension is irrelevant to the memory layout.
     return tuple(None if s == 1 else st for s, st in zip(sizes, strides))
 

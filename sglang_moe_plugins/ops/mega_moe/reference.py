@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from ...quant import FP8_E4M3_MAX, dequantize_e2m1, quantize_e2m1, ue8m0_exponent, ue8m0_from_exponent
@@ -64,7 +66,7 @@ def mega_moe_reference(
     if num_tokens == 0:
         return
     x = inputs.hidden_states
-    weights = inputs.topk_weights.to(torch.float32)
+    weights = cast("torch.Tensor", inputs.topk_weights).to(torch.float32)  # present when num_tokens > 0
     if config.routed_scaling_factor != 1.0:
         weights = weights * config.routed_scaling_factor
     if config.variant == "sm90_fp8":
@@ -80,7 +82,7 @@ def mega_moe_reference(
     q, scales = quantize_activations(x, config.variant)
     xq = dequantize_activations(q, scales, config.variant)
     w1, w2 = decode_expert_weights(inputs, config)
-    ids = inputs.topk_ids.to(torch.int64)
+    ids = cast("torch.Tensor", inputs.topk_ids).to(torch.int64)
     slots = torch.zeros((num_tokens, shape.top_k, shape.hidden), dtype=torch.float32, device=x.device)
     for expert in torch.unique(ids).tolist():
         if expert < 0 or expert >= w1.shape[0]:
@@ -94,7 +96,9 @@ def mega_moe_reference(
         acc += slots[:, slot]
     if inputs.shared_l1_weights is not None:
         s1 = decode_fp8_shared_weights(*inputs.shared_l1_weights, interleave="gran8")
-        s2 = decode_fp8_shared_weights(*inputs.shared_l2_weights, interleave=None)
+        s2 = decode_fp8_shared_weights(
+            *cast("tuple[torch.Tensor, torch.Tensor]", inputs.shared_l2_weights), interleave=None
+        )
         ones = torch.ones(num_tokens, dtype=torch.float32, device=x.device)
         act = _requantize(swiglu(_matmul(xq, s1), config, ones), config)
         acc += _matmul(act, s2).to(torch.bfloat16).float()

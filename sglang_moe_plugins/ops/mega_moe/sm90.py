@@ -34,7 +34,7 @@ MegaMoE (sgl-project/DeepGEMM pull request 36, ``csrc/jit_kernels/heuristics/sm9
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 
@@ -276,7 +276,7 @@ def sm90_reference_slots(
     x = inputs.hidden_states
     xq, xs = quantize_activations(x, "sm90_fp8")
     xq = xq.float()
-    ids = inputs.topk_ids.to(torch.int64)
+    ids = cast("torch.Tensor", inputs.topk_ids).to(torch.int64)  # present when num_tokens > 0
     slots = torch.zeros((num_tokens, shape.top_k, shape.hidden), dtype=torch.float32, device=x.device)
     ratio = shape.hidden >= 7168
     for expert in torch.unique(ids).tolist():
