@@ -4,7 +4,8 @@
 #   ./dev.sh test      the test suite on sglang 0.5.23 (CPU; GPU tests skip without CUDA), then the SGLang
 #                      integration tests (marker `sglang`) again on an older release, $OLD_SGLANG (0.5.19)
 #   ./dev.sh test-old  only the SGLang integration tests on $OLD_SGLANG
-#   ./dev.sh setup     only create .venv with sglang==0.5.23, this package and the example plugin,
+#   ./dev.sh lint      ruff format --check, ruff check and mypy (pyproject.toml's [tool.ruff] and [tool.mypy])
+#   ./dev.sh setup     only create .venv with sglang==0.5.23, this package (extras sglang, test, lint) and the example plugin,
 #                      and .venv-sglang-$OLD_SGLANG (see README, "Supported SGLang releases")
 # OLD_SGLANG= (empty) skips the older release.
 set -euo pipefail
@@ -21,9 +22,9 @@ setup() {
         "$PYTHON" -m venv "$VENV"
     fi
     if ! "$VENV/bin/python" -c "import sglang_moe_plugins, sglang, pytest" 2>/dev/null \
-        || [ pyproject.toml -nt "$VENV/.installed" ]; then
+        || [ ! -x "$VENV/bin/ruff" ] || [ ! -x "$VENV/bin/mypy" ] || [ pyproject.toml -nt "$VENV/.installed" ]; then
         "$VENV/bin/python" -m pip install -q --upgrade pip
-        "$VENV/bin/python" -m pip install -q -e ".[sglang,test]" "sglang==0.5.23"
+        "$VENV/bin/python" -m pip install -q -e ".[sglang,test,lint]" "sglang==0.5.23"
         if [ -d examples/sglang-moe-example-plugin ]; then
             "$VENV/bin/python" -m pip install -q -e examples/sglang-moe-example-plugin
         fi
@@ -50,6 +51,15 @@ setup_old() {
     fi
 }
 
+# The whole tree, formatted and linted; mypy checks the package (its files and strictness: pyproject.toml).
+lint() {
+    local rc=0 paths=(sglang_moe_plugins tests benchmarks examples)
+    "$VENV/bin/ruff" format --check "${paths[@]}" || rc=$?
+    "$VENV/bin/ruff" check "${paths[@]}" || rc=$?
+    "$VENV/bin/mypy" || rc=$?
+    return $rc
+}
+
 pytest_args=(-q -p no:cacheprovider)
 case "${1:-test}" in
     setup) setup ;;
@@ -64,5 +74,6 @@ case "${1:-test}" in
         fi
         exit $rc ;;
     test-old) setup; shift; exec "$OLD_VENV/bin/python" -m pytest "${pytest_args[@]}" -m sglang tests "$@" ;;
-    *) echo "usage: ./dev.sh [setup|demo|test|test-old]" >&2; exit 2 ;;
+    lint) setup; lint ;;
+    *) echo "usage: ./dev.sh [setup|demo|test|test-old|lint]" >&2; exit 2 ;;
 esac
