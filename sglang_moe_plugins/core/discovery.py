@@ -52,6 +52,8 @@ BUILTIN_PLUGINS = (
     "mega_reference",
     "contig_reference",
     "contig_triton",
+    "contig_sglang_fused",
+    "contig_sglang_two_kernel",
 )
 
 
