@@ -270,6 +270,11 @@ TESTS.update(
             Group("core+", ["tests/test_priority_rules.py", "tests/test_concurrency.py", "tests/test_stats.py",
                             "tests/test_failure_policy.py", "tests/test_fault_paths.py"], sglang=True),
             Group("survivors", ["tests/test_mutation_survivors.py"]),
+            # test_startup_safety's entry-point tests read the installed distribution's entry points, which
+            # may name modules a HEAD copy lacks (the checkout's uncommitted plugins): left out of this set.
+            Group("registry-", ["tests/test_registry.py", "tests/test_selection.py"]),
+            # test_mega_plan_key alone took 110 s on the shared cores: the plan mutants run the adapter's tests only
+            Group("mega-", ["tests/test_mega_adapter.py"]),
         )
     }
 )
