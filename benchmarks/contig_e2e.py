@@ -155,12 +155,10 @@ def markdown(doc: dict) -> str:
 
 
 def warm(cases: list, args: argparse.Namespace, argv: list[str] | None) -> float:
-    """Run ``--warm-only`` workers over the cases (round robin, largest weights spread first) and wait."""
+    """Run ``--warm-only`` workers (shard i of N of the (config, tokens) pairs each) and wait."""
     import subprocess
 
     t0 = time.time()
-    order = sorted(cases, key=lambda c: -c.local_experts * c.inter * c.hidden)
-    groups = [order[i :: args.warm_workers] for i in range(args.warm_workers)]
     given, base = list(sys.argv[1:] if argv is None else argv), []
     while given:
         a = given.pop(0)
@@ -169,9 +167,8 @@ def warm(cases: list, args: argparse.Namespace, argv: list[str] | None) -> float
         elif not a.startswith("--warm-workers="):
             base.append(a)
     procs = []
-    for i, group in enumerate(g for g in groups if g):
-        only = ",".join(f"{c.label}|" for c in group)  # exact labels
-        cmd = [sys.executable, __file__, *base, "--warm-only", "--only", only, "--out", str(args.out)]
+    for i in range(args.warm_workers):
+        cmd = [sys.executable, __file__, *base, "--warm-only", f"--warm-shard={i}/{args.warm_workers}"]
         log = open(pathlib.Path(args.out) / f"warm_{i}.log", "w")
         procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
     for proc, log in procs:
@@ -179,6 +176,16 @@ def warm(cases: list, args: argparse.Namespace, argv: list[str] | None) -> float
         log.close()
     _log(f"warm-up: {len(procs)} workers, {time.time() - t0:.1f} s, rc {[p.returncode for p, _ in procs]}")
     return time.time() - t0
+
+
+def shard(cases: list, spec: str) -> list:
+    """Shard ``i/N`` of the (config, tokens) pairs, ordered token index first so that the N workers start on N
+    different configurations (their weights are not all resident at once); one single-token case per pair."""
+    import dataclasses
+
+    i, n = (int(v) for v in spec.split("/"))
+    pairs = sorted(((j, k, c, t) for k, c in enumerate(cases) for j, t in enumerate(c.tokens)), key=lambda p: p[:2])
+    return [dataclasses.replace(c, tokens=(t,)) for _, _, c, t in pairs[i::n]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="print the configurations and exit (CPU)")
     p.add_argument("--warm-workers", type=int, default=0, help="compile every kernel first in N parallel processes")
     p.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)  # a warm-up worker
+    p.add_argument("--warm-shard", default="0/1", help=argparse.SUPPRESS)
     p.add_argument("--compile-host", default="", help="only compile SGLang's JIT modules (no GPU) into this directory")
     args = p.parse_args(argv)
     if args.compile_host:
@@ -221,10 +229,17 @@ def main(argv: list[str] | None = None) -> int:
     env = build_env(args.jit_root, args.py_root, args.prebuilt if os.path.isdir(args.prebuilt) else None)
     _log(f"setup {time.time() - t0:.1f} s")
     if args.warm_only:
+        import dataclasses
+
         from sglang_moe_plugins.bench.contig_e2e_run import warm_case
 
-        for i, case in enumerate(cases):
-            warm_case(env, case, args.seed + i, _log)
+        with_numerics = [dataclasses.replace(c, tokens=(*c.tokens, args.numerics_tokens)) for c in cases]
+        for i, case in enumerate(shard(with_numerics, args.warm_shard)):
+            try:
+                warm_case(env, case, args.seed + i, _log)
+            except Exception as exc:  # the timing process compiles what a worker could not
+                _log(f"warm {case.label} T={case.tokens}: {type(exc).__name__}: {exc}")
+                torch.cuda.empty_cache()
         return 0
     import deep_gemm
 
@@ -254,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             r["guard_reason"] = case.guard_reason
         doc["results"] += records
         (out / f"contig_e2e_{name}.json").write_text(json.dumps(doc, indent=1, default=str))
+        (out / f"contig_e2e_{name}.md").write_text(markdown(doc))
     doc["wall_s"] = time.time() - t0
     (out / f"contig_e2e_{name}.json").write_text(json.dumps(doc, indent=1, default=str))
     (out / f"contig_e2e_{name}.md").write_text(markdown(doc))

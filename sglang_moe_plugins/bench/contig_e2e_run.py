@@ -142,7 +142,7 @@ class Env:
         return act
 
 
-def _eager_us(calls: list[Callable[[], object]], rounds: int = 5) -> float:
+def _eager_us(calls: list[Callable[[], object]], rounds: int = 10) -> float:
     for fn in calls:
         fn()
     torch.cuda.synchronize()
