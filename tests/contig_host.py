@@ -125,6 +125,9 @@ def compact_runner(monkeypatch: pytest.MonkeyPatch) -> GemmRecorder:
     monkeypatch.setattr(dg, "use_symmetric_memory", lambda *a, **k: contextlib.nullcontext())
     monkeypatch.setattr(dg, "get_parallel", lambda: SimpleNamespace(tp_group=None))
     monkeypatch.setattr(dg, "is_allocation_symmetric", lambda: False)
+    from sglang_moe_plugins import UserConfig, api
+
+    api.reload(UserConfig(allow=frozenset()))  # the built-in plugins only (an installed example plugin stays out)
     refresh_host_state()
     yield recorder
     refresh_host_state()

@@ -151,7 +151,7 @@ def test_no_plugin_for_the_step_fails_before_sglang_runs(compact_runner) -> None
     from sglang_moe_plugins import UserConfig, api
     from sglang_moe_plugins.errors import NoPluginAvailableError
 
-    api.reload(UserConfig(disable=frozenset({"contig_reference"})))
+    api.reload(UserConfig(allow=frozenset(), disable=frozenset({"contig_reference"})))
     layer = make_layer(rows=8, seed=11)
     with pytest.raises(NoPluginAvailableError, match=OP):
         run_layer(layer)

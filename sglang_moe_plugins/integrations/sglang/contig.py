@@ -27,9 +27,10 @@ not a 2-D gate/up matrix. Counted in ``stats()`` as delegations.
 
 from __future__ import annotations
 
+import functools
+import operator
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from ... import api
 from ...core.bound import BoundOp
@@ -45,9 +46,9 @@ _contig_calls = CALLS[_OP].hit
 _local = threading.local()
 
 
-@dataclass(frozen=True)
-class ContigStep:
-    """The activation step a runner call will make, as read from the runner (no tensor data)."""
+class ContigStep(NamedTuple):
+    """The activation step a runner call will make, as read from the runner (no tensor data). A named tuple:
+    built and hashed on every hooked call, as the key of the step's bound op."""
 
     hidden: int
     group_size: int
@@ -59,27 +60,22 @@ class ContigStep:
     redirected: bool
 
 
-@dataclass(frozen=True)
-class _Context:
+class _Context(NamedTuple):
     step: ContigStep
     bound: BoundOp
     device: Any
 
 
-def _attribute(runner: Any, dotted: str) -> Any:
-    owner = runner
-    *path, name = dotted.split(".")
-    for part in path:
-        owner = getattr(owner, part)
-    return getattr(owner, name)
+@functools.cache
+def _accessors(host: ContigHost) -> tuple[tuple[Callable[[Any], Any], ...], Callable[[Any], Any], Callable[[Any, Any], None]]:
+    """``(fused_when getters, redirect getter, redirect setter)`` of a release's record, made once."""
+    *path, name = host.redirect.split(".")
+    owner = operator.attrgetter(".".join(path)) if path else (lambda runner: runner)
 
+    def set_redirect(runner: Any, value: Any) -> None:
+        setattr(owner(runner), name, value)
 
-def _set_attribute(runner: Any, dotted: str, value: Any) -> None:
-    owner = runner
-    *path, name = dotted.split(".")
-    for part in path:
-        owner = getattr(owner, part)
-    setattr(owner, name, value)
+    return tuple(operator.attrgetter(n) for n in host.fused_when), operator.attrgetter(host.redirect), set_redirect
 
 
 def runner_step(runner: Any, quant_info: Any, running_state: dict, host: ContigHost, ue8m0: bool) -> ContigStep | str:
@@ -91,7 +87,7 @@ def runner_step(runner: Any, quant_info: Any, running_state: dict, host: ContigH
     if weight.dim() != 3 or weight.shape[1] % 2:
         return "weights"
     group = quant_info.block_shape[1] if getattr(quant_info, "use_mxfp8", False) else 128
-    fused = any(bool(_attribute(runner, name)) for name in host.fused_when)
+    fused = any(bool(get(runner)) for get in _accessors(host)[0])
     swizzle = bool(runner.use_swizzle) and not running_state.get("deepep_v2_disable_contig_swizzle", False)
     return ContigStep(
         hidden=int(weight.shape[1]) // 2,
@@ -106,12 +102,9 @@ def runner_step(runner: Any, quant_info: Any, running_state: dict, host: ContigH
 
 
 def _bind(step: ContigStep, device: Any) -> BoundOp:
-    """The bound op of ``step`` on ``device``: from the selector's cache of hooked-call keys, else checked,
-    selected and bound now (raises InvalidArgumentError / NoPluginAvailableError before SGLang runs)."""
+    """The bound op of ``step`` on ``device``, checked, selected and bound now (raises InvalidArgumentError /
+    NoPluginAvailableError before SGLang runs)."""
     selector = api.current_selector()
-    bound = selector.call_cache.get((_OP, step, device))
-    if bound is not None:
-        return bound
     import torch
 
     # An empty tensor of the step's width on the call's device: describe() reads its metadata only.
@@ -137,22 +130,27 @@ def contig_runner_hook(original: Callable[..., Any], runner: Any, runner_input: 
         detail = {"activation": "an activation other than silu (situ: SGLang's own kernels)",
                   "weights": "gate/up weights that are not [E, 2*D, K]"}[step]
         return delegate(_OP, step, detail, original, call, kwargs)
-    bound = _bind(step, device)
+    key = (_OP, step, device)
+    bound = api.current_selector().call_cache.get(key)
+    cached = bound is not None
+    if not cached:
+        bound = _bind(step, device)
     previous = getattr(_local, "context", None)
     _local.context = _Context(step, bound, device)
     try:
         if not step.redirected:
             return original(*call, **kwargs)
-        saved = _attribute(runner, host.redirect)
-        _set_attribute(runner, host.redirect, True)
+        _, get_redirect, set_redirect = _accessors(host)
+        saved = get_redirect(runner)
+        set_redirect(runner, True)
         try:
             return original(*call, **kwargs)
         finally:
-            _set_attribute(runner, host.redirect, saved)
+            set_redirect(runner, saved)
     finally:
         _local.context = previous
-        if bound.checked:
-            api.current_selector().remember((_OP, step, device), bound)
+        if not cached and bound.checked:  # kept once its outputs were checked (Selector.remember)
+            api.current_selector().remember(key, bound)
 
 
 def contig_kernel_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
