@@ -77,7 +77,7 @@ def platform_of(device: torch.device | torch.Tensor) -> Platform:
     device = getattr(device, "device", device)  # a tensor's device; a torch.device has no ``device``
     if device.type == "cuda":
         return _cuda_platform(device.index if device.index is not None else _current_cuda_device())
-    return Platform(device.type, None)
+    return Platform(device.type, None)  # type: ignore[arg-type]  # a torch.device's type
 
 
 def local_platform() -> Platform:

@@ -140,7 +140,7 @@ def check_priority_rules(
                 if name not in names:
                     valid = ", ".join(f"{n}_min, {n}_max" for n in names)
                     raise ConfigError(
-                        f"unknown shape field {name!r} in {label}.when (op {rule.op!r}, {shape_type.__name__}); "
+                        f"unknown shape field {name!r} in {label}.when (op {rule.op!r}, {shape_type.__name__}); "  # type: ignore[union-attr]  # a dataclass type here (is_dataclass above)
                         f"valid bounds: {valid}"
                     )
         for name, _ in rule.priority:

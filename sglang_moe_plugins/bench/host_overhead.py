@@ -105,7 +105,7 @@ def _call_setup(e: int, n: int, d: int, topk: int, limit: float | None, device: 
     gateup, masked = inputs_for(e, n, d, device)
     kwargs = sglang_kwargs(topk, limit, tokens=n)
     layout = "row_major" if limit is not None else "column_major"
-    shape, config = smq.describe(gateup, masked, group_size=128, topk=topk, swiglu_limit=limit, scale_layout=layout)
+    shape, config = smq.describe(gateup, masked, group_size=128, topk=topk, swiglu_limit=limit, scale_layout=layout)  # type: ignore[arg-type]  # a layout name
     inputs = smq.SiluMulQuantInputs(gateup, masked, n, gateup_writable=True)
     outputs = smq.allocate_outputs(shape, config, gateup.device)
     sizes, strides = smq.expected_scale_strides(shape, config)
@@ -325,7 +325,7 @@ def _unexpected_original(*args, **kwargs):
 def versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
-    found = {"python": _platform.python_version(), "torch": torch.__version__}
+    found: dict[str, str | None] = {"python": _platform.python_version(), "torch": torch.__version__}
     for dist in ("triton", "sglang", "apache-tvm-ffi", "sglang-moe-plugins"):
         try:
             found[dist] = version(dist)

@@ -165,7 +165,7 @@ def cpu_hook_layer(
         return torch.empty((max(t, 1), shape.hidden), dtype=torch.bfloat16)
 
     rows = {"alloc_us": alloc, "hooked_us": through}
-    results = {
+    results: dict[str, Any] = {
         "shape": shape.describe(),
         "tokens": t,
         "device": "cpu",
@@ -219,7 +219,7 @@ def gpu_call_overhead(
 
     def direct() -> torch.Tensor:
         out = torch.empty((max(t, 1), shape.hidden), dtype=torch.bfloat16, device="cuda")
-        ids, w = inputs.topk_ids.to(torch.int32), inputs.topk_weights.to(torch.float32)
+        ids, w = inputs.topk_ids.to(torch.int32), inputs.topk_weights.to(torch.float32)  # type: ignore[union-attr]  # tensors: t > 0
         deep_gemm.mega_moe_pre_dispatch_sm90(
             inputs.hidden_states,
             ids,
@@ -246,7 +246,7 @@ def gpu_call_overhead(
 
     # (b) the plugin's prepared launch
     plugin = MegaSm90Fp8Plugin()
-    plugin.options = {"pre_dispatch": pre_dispatch}
+    plugin.options = {"pre_dispatch": pre_dispatch}  # type: ignore[assignment]  # the plugin's options table
     support = plugin.supports(shape, config)
     if not support:
         raise RuntimeError(f"mega_sm90_fp8 does not take the benchmark's call: {support.reason}")
@@ -283,7 +283,7 @@ def gpu_call_overhead(
     bound = api._selector.bind(mm.OP, shape, config)
 
     def bound_call() -> torch.Tensor:
-        return api._selector.call(
+        return api._selector.call(  # type: ignore[union-attr]  # created by the hooked call above
             bound,
             inputs,
             mm.MegaMoEOutputs(torch.empty((max(t, 1), shape.hidden), dtype=torch.bfloat16, device="cuda")),
@@ -296,7 +296,7 @@ def gpu_call_overhead(
         for name, fn in (("prepared", prepared), ("hooked", hooked))
     }
     torch.cuda.synchronize()
-    results = {
+    results: dict[str, Any] = {
         "shape": shape.describe(),
         "tokens": t,
         "pre_dispatch": pre_dispatch,

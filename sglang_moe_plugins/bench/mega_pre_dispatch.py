@@ -9,7 +9,7 @@ import os
 import pathlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -135,7 +135,7 @@ def moved_bytes(variant: str, tokens: int, hidden: int) -> int:
 
 
 def time_graph(
-    fns: list[Callable[[], None]], stream_ctx: Callable[[Any], Any] | None = None, launches: int = 48
+    fns: Sequence[Callable[..., None]], stream_ctx: Callable[[Any], Any] | None = None, launches: int = 48
 ) -> float:
     """Microseconds per launch, from replays of a graph of ``launches`` back-to-back calls cycling
     through ``fns`` (one per input/buffer set)."""
@@ -283,7 +283,7 @@ def run_timing(jit: Any, tvm: Any, copy: float) -> list[dict[str, Any]]:
             def ours(x, ids, w, bufs, pdl=None):
                 return lambda: pre_dispatch(x, ids, w, *bufs, variant=variant, pdl=pdl)
 
-            cands: dict[str, tuple[list[Callable[[], None]], Any]] = {
+            cands: dict[str, tuple[list[Callable[..., None]], Any]] = {
                 "triton": ([ours(*st) for st in sets], None),
                 "triton_nopdl": ([ours(*st, pdl=False) for st in sets], None),
             }

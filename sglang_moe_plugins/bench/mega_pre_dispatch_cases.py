@@ -4,6 +4,8 @@ them): the variants with their group sizes and output bytes, the buffer's rows, 
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["VARIANTS", "ROWS", "TOP_K", "SHAPES", "SWEEP_SETS"]
 
 
@@ -98,7 +100,7 @@ SWEEP_64 = [
 
 
 #: (variant, tokens, hidden, tilings) of the sweep; ``--sweep-set 1`` is the first session's sweep
-SWEEP_SETS = {
+SWEEP_SETS: dict[str, list[tuple[str, int, int, list[Any]]]] = {
     "1": [
         (v, t, h, tl)
         for v in ("fp8xfp4", "mxf4xmxf4")

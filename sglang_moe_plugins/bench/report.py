@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -34,7 +35,7 @@ def results_table(cases: list[BenchCase], results: list[Measurement], bandwidth:
     rows = []
     for case in cases:
         timed = [by[(case.label, p)] for p in plugins if by[(case.label, p)].us is not None]
-        best = min(timed, key=lambda m: m.us).plugin if timed else "-"
+        best = min(timed, key=lambda m: m.us).plugin if timed else "-"  # type: ignore[arg-type,return-value]  # timed: us set
         rows.append([case.label, case.phase] + [_cell(by[(case.label, p)]) for p in plugins] + [best])
     text = (
         f"silu_mul_quant, us per call (fraction of the copy ceiling, {bandwidth / 1e12:.2f} TB/s measured); "
@@ -60,10 +61,10 @@ def rank_plugins(results: list[Measurement], all_plugins: dict[str, int]) -> lis
     wins: dict[str, int] = defaultdict(int)
     ratios: dict[str, list[float]] = defaultdict(list)
     for timed in by_case.values():
-        best = min(timed, key=lambda m: m.us)
+        best = min(timed, key=lambda m: m.us)  # type: ignore[arg-type,return-value]  # timed: us set
         wins[best.plugin] += 1
         for m in timed:
-            ratios[m.plugin].append(m.us / best.us)
+            ratios[m.plugin].append(m.us / best.us)  # type: ignore[operator]  # timed: us set
     timed_names = set(ratios)
     winners = sorted((p for p in timed_names if wins[p]), key=lambda p: (-wins[p], geomean(ratios[p])))
     others = sorted((p for p in all_plugins if p not in timed_names), key=lambda p: -all_plugins[p])
@@ -92,7 +93,7 @@ def shape_rules(
         timed = [m for m in results if m.case == case.label and m.us is not None]
         if not timed or case.shape in seen:
             continue
-        best = min(timed, key=lambda m: m.us)
+        best = min(timed, key=lambda m: m.us)  # type: ignore[arg-type,return-value]  # timed: us set
         first = max(timed, key=lambda m: (order.get(m.plugin, m.priority), m.plugin))
         if best.plugin != first.plugin:
             seen.add(case.shape)
@@ -119,7 +120,7 @@ def _rule_toml(case: BenchCase, plugin: str, priority: int, why: str) -> list[st
 
 
 def priority_toml(
-    ranking: list[tuple[str, int, str]], header: dict[str, Any], rules: list[tuple[BenchCase, str, int, str]] = ()
+    ranking: list[tuple[str, int, str]], header: dict[str, Any], rules: Sequence[tuple[BenchCase, str, int, str]] = ()
 ) -> str:
     lines = [
         "# Written by `sglang-moe-plugins bench --write-config`: silu_mul_quant priorities measured on this machine.",
@@ -149,7 +150,7 @@ def payload(
     bandwidth: float,
     info: dict[str, Any],
     ranking: list[tuple[str, int, str]],
-    rules: list[tuple[BenchCase, str, int, str]] = (),
+    rules: Sequence[tuple[BenchCase, str, int, str]] = (),
 ) -> dict[str, Any]:
     return {
         "op": "silu_mul_quant",
@@ -261,7 +262,7 @@ def smq_table(results: list[dict], bw: float, device: str, date: str) -> str:
 
 def smq_summary(results: list[dict]) -> dict:
     """``benchmarks/silu_mul_quant.py``'s summary: the ratios and fractions against their targets."""
-    ratios, decode, big, rejected, skew, plugin_ratios = [], [], [], [], {}, []
+    ratios, decode, big, rejected, skew, plugin_ratios = [], [], [], [], {}, []  # type: ignore[var-annotated]
     for r in results:
         c, p = r["case"], r["paths"]
         tri = p.get("triton", {})

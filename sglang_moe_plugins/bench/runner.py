@@ -133,7 +133,7 @@ def measure(
                 elif avail is not None and not avail:
                     status, reason = "unavailable", avail.reason
                 elif not support:
-                    status, reason = "unsupported", support.reason
+                    status, reason = "unsupported", support.reason  # type: ignore[union-attr]  # set whenever avail is
             if status == "timed":
                 if sets is None:
                     masked = torch.full((shape.num_experts,), shape.max_rows, dtype=torch.int32, device=device)

@@ -181,7 +181,7 @@ class SglangJit:
         """Build several modules in parallel (nvcc runs in subprocesses)."""
         jobs = [(self.dsv4_module, s) for s in dsv4] + [(self.ptgq_module, s) for s in ptgq]
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            for future in [pool.submit(fn, spec) for fn, spec in jobs]:
+            for future in [pool.submit(fn, spec) for fn, spec in jobs]:  # type: ignore[arg-type]  # each fn with its own spec
                 future.result()
 
     # ---- SGLang's Python wrappers, same signatures
@@ -204,7 +204,13 @@ class SglangJit:
         module = self.dsv4_module(dsv4_spec(quant_group_size, scale_ue8m0, swizzle, swiglu_limit, self.use_pdl))
         with tvm_ffi.use_torch_stream():
             module.run(
-                input, output, output_scale, masked_m, topk, transposed, float(swiglu_limit) if apply_limit else 0.0
+                input,
+                output,
+                output_scale,
+                masked_m,
+                topk,
+                transposed,
+                float(swiglu_limit) if apply_limit else 0.0,  # type: ignore[arg-type]  # set when apply_limit
             )
 
     def per_token_group_quant(

@@ -38,7 +38,7 @@ class Paths:
             topk=case.topk,
             swiglu_limit=case.limit,
             swizzle=case.swizzle,
-            scale_layout=layout or case.layout,
+            scale_layout=layout or case.layout,  # type: ignore[arg-type]  # a layout name
         )
 
     def run_triton(self, gateup, masked_m, outputs, case, layout=None, kcfg=None, pdl=True):
@@ -87,7 +87,7 @@ class Paths:
 
         return (
             SiluMulQuantShape(case.E, case.N, case.D, case.gs, case.topk),
-            SiluMulQuantConfig(local_platform(), case.limit, case.swizzle, layout, False),
+            SiluMulQuantConfig(local_platform(), case.limit, case.swizzle, layout, False),  # type: ignore[arg-type]  # a layout name
         )
 
     def run_jit(self, gateup, masked_m, outputs, case, via):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 import torch
@@ -52,7 +52,7 @@ def round_orders(items: list, rounds: int) -> Iterator[list]:
         yield items if r % 2 == 0 else items[::-1]
 
 
-def graph_time_us(calls: list[Callable[[], object]], min_calls: int = 24, target_ms: float = 40.0) -> float:
+def graph_time_us(calls: Sequence[Callable[..., object]], min_calls: int = 24, target_ms: float = 40.0) -> float:
     """Median per-call time (us) over CUDA-graph replays of ``calls`` run back to back."""
     for fn in calls:
         fn()
@@ -106,7 +106,7 @@ class Timer(Protocol):
 
     def copy_bandwidth(self) -> float: ...
 
-    def time_us(self, calls: list[Callable[[], object]]) -> float: ...
+    def time_us(self, calls: Sequence[Callable[..., object]]) -> float: ...
 
 
 class CudaGraphTimer:
@@ -115,5 +115,5 @@ class CudaGraphTimer:
     def copy_bandwidth(self) -> float:
         return copy_bandwidth()
 
-    def time_us(self, calls: list[Callable[[], object]]) -> float:
+    def time_us(self, calls: Sequence[Callable[..., object]]) -> float:
         return graph_time_us(calls)

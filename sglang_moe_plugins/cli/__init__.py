@@ -56,7 +56,7 @@ class CommandParser(Parser):
             self._arguments_added = True
             command_module(self.command).add_arguments(self)  # type: ignore[arg-type]
 
-    def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None) -> Any:  # noqa: D102
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None) -> Any:  # type: ignore[override]  # noqa: D102 - argparse's overloads; same call
         self.add_command_arguments()
         return super().parse_known_args(args, namespace)
 

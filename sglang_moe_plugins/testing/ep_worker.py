@@ -66,7 +66,7 @@ def run_rank(job: dict[str, Any], rank: int) -> dict[str, Any]:
             return pair[0][experts], pair[1][experts]
 
         x = p.inputs.hidden_states[rows].clone()
-        ids, weights = p.inputs.topk_ids[rows].clone(), p.inputs.topk_weights[rows].clone()
+        ids, weights = p.inputs.topk_ids[rows].clone(), p.inputs.topk_weights[rows].clone()  # type: ignore[index]  # tensors when T > 0
         l1, l2 = part(p.inputs.l1_weights), part(p.inputs.l2_weights)
         shape, config = mm.describe(
             x,

@@ -225,7 +225,7 @@ def _repeats(
             got = call(padded)
             unwritten = adapter.find_unwritten(padded, got, case)
             if unwritten:
-                problem = f"{_cut(unwritten)} is not written when only the padding rows changed"
+                problem: str | None = f"{_cut(unwritten)} is not written when only the padding rows changed"
             elif not varies:
                 differs = _real_differs(adapter, padded, first, got, case)
                 problem = (

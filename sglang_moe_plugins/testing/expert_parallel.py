@@ -71,8 +71,8 @@ def _small_case(params: dict[str, Any], platform: Platform) -> tuple[Any, Any]:
     config = mm.MegaMoEConfig(
         platform,
         params["variant"],
-        fmt,
-        activation_clamp=params["clamp"],  # type: ignore[arg-type]
+        fmt,  # type: ignore[arg-type]  # a weight format name, checked by describe() on the ranks
+        activation_clamp=params["clamp"],
         routed_scaling_factor=params["rsf"],
     )
     return shape, config

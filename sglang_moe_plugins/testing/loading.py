@@ -97,15 +97,15 @@ def _load_path(path: str, attr: str | None) -> LoadedPlugin:
             del sys.modules[module_name]
             raise PluginLoadError(f"importing {path} raised {type(exc).__name__}: {exc}") from exc
     origin = f"{path}" + (f":{attr}" if attr else "")
-    spec = full + (f":{attr}" if attr else "")
-    return LoadedPlugin(instantiate(_from_module(module, attr, path), origin), f"file {origin}", spec=spec)
+    spec = full + (f":{attr}" if attr else "")  # type: ignore[assignment]  # the spec string from here on
+    return LoadedPlugin(instantiate(_from_module(module, attr, path), origin), f"file {origin}", spec=spec)  # type: ignore[arg-type]  # the spec string
 
 
 def _load_entry_point(name: str) -> LoadedPlugin | None:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name != name:
             continue
-        dist = ep.dist.name if getattr(ep, "dist", None) is not None else "unknown distribution"
+        dist = ep.dist.name if getattr(ep, "dist", None) is not None else "unknown distribution"  # type: ignore[union-attr]  # checked on this line
         origin = f"entry point {ep.name} = {ep.value} ({dist})"
         try:
             target = ep.load()

@@ -18,7 +18,7 @@ from ..log import get_logger
 try:
     from importlib.metadata import PackageNotFoundError, distribution, entry_points
 except ImportError:  # pragma: no cover
-    from importlib_metadata import PackageNotFoundError, distribution, entry_points  # type: ignore[no-redef]
+    from importlib_metadata import PackageNotFoundError, distribution, entry_points  # type: ignore[assignment,no-redef]
 
 __all__ = ["DISTRIBUTION", "builtin_plugins", "check_name"]
 
@@ -33,7 +33,7 @@ def builtin_plugins() -> dict[str, str]:
     try:
         eps = distribution(DISTRIBUTION).entry_points
     except PackageNotFoundError:  # running from a checkout without an install: any distribution naming our modules
-        eps = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.value.startswith("sglang_moe_plugins.")]
+        eps = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.value.startswith("sglang_moe_plugins.")]  # type: ignore[assignment]  # iterated only
     return {ep.name: ep.value for ep in eps if ep.group == ENTRY_POINT_GROUP}
 
 

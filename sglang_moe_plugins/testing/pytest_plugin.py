@@ -20,9 +20,12 @@ The suite's modules, and torch with them, are imported only when a test asks for
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from _pytest._code.code import TerminalRepr
 
 __all__ = [
     "pytest_addoption",
@@ -130,7 +133,7 @@ class ConformanceItem(pytest.Item):
         self.report.raise_for_failures()  # the failure shows the summary (repr_failure)
         self.add_report_section("call", "conformance", self.report.summary())  # shown with -rP
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
         from .report import ConformanceFailure
 
         if isinstance(excinfo.value, ConformanceFailure):

@@ -185,11 +185,11 @@ def build_launch(
                 f"{plugin}: DeepGEMM MegaMoE needs the expert-parallel process group (MegaMoEInputs.ep_group)"
             )
         if num_tokens > 0:
-            ids, weights = inputs.topk_ids, inputs.topk_weights
-            if not native or ids.dtype not in _NATIVE_IDS:
-                ids = ids.to(torch.int32)
-            if not native or weights.dtype not in _NATIVE_WEIGHTS:
-                weights = weights.to(torch.float32)
+            ids, weights = inputs.topk_ids, inputs.topk_weights  # tensors when T > 0 (no cast: the hot path)
+            if not native or ids.dtype not in _NATIVE_IDS:  # type: ignore[union-attr]
+                ids = ids.to(torch.int32)  # type: ignore[union-attr]
+            if not native or weights.dtype not in _NATIVE_WEIGHTS:  # type: ignore[union-attr]
+                weights = weights.to(torch.float32)  # type: ignore[union-attr]
         elif native:
             ids = weights = None
         else:
@@ -229,7 +229,9 @@ def _pre_dispatch(
         # tensors and the block size are fixed in it); the buffer object is kept to check identity
         launchers: dict[tuple[int, int], tuple[Any, Callable[..., None]]] = {}
         # E2M1 midpoints as the installed release rounds them (supports() declined an unknown rule)
-        ties = {"e2m1_ties": api.e2m1_ties} if name == "mxf4xmxf4" and api.e2m1_ties not in (None, "even") else {}
+        ties: dict[str, Any] = (
+            {"e2m1_ties": api.e2m1_ties} if name == "mxf4xmxf4" and api.e2m1_ties not in (None, "even") else {}
+        )
         launchers_lock = threading.Lock()
 
         def launcher(buf: Any, block_m: int, shared: bool) -> Callable[..., None]:
@@ -253,7 +255,7 @@ def _pre_dispatch(
                     )
             return entry[1]
 
-        def pre(x, ids, weights, buf, num_tokens, block_m, shared):  # type: ignore[no-untyped-def]
+        def pre(x, ids, weights, buf, num_tokens, block_m, shared):
             entry = launchers.get((id(buf), block_m if shared else -1))
             run = entry[1] if entry is not None and entry[0] is buf else launcher(buf, block_m, shared)
             run(x, ids, weights)
@@ -262,7 +264,7 @@ def _pre_dispatch(
     if choice == "torch":
         from ...ops.mega_moe.formats import pre_dispatch_reference as ours  # noqa: PLC0415
 
-        def pre(x, ids, weights, buf, num_tokens, block_m, shared):  # type: ignore[no-untyped-def]
+        def pre(x, ids, weights, buf, num_tokens, block_m, shared):
             ours(
                 x,
                 ids,
@@ -281,7 +283,7 @@ def _pre_dispatch(
     if variant.host_pre_dispatch == "sglang":
         jit = sglang_jit_pre_dispatch()
 
-        def pre(x, ids, weights, buf, num_tokens, block_m, shared):  # type: ignore[no-untyped-def]
+        def pre(x, ids, weights, buf, num_tokens, block_m, shared):
             if rsf != 1.0:
                 weights = weights * rsf
             jit(
@@ -303,7 +305,7 @@ def _pre_dispatch(
     group_size = variant.group_size
     if variant.arch == "sm90":  # the SM90 kernel scales the weights itself
 
-        def pre(x, ids, weights, buf, num_tokens, block_m, shared):  # type: ignore[no-untyped-def]
+        def pre(x, ids, weights, buf, num_tokens, block_m, shared):
             function(
                 x,
                 ids,
@@ -320,7 +322,7 @@ def _pre_dispatch(
         return pre
     extra = {"mma_type": variant.mma_type} if api.takes(variant.host_pre_dispatch, "mma_type") else {}
 
-    def pre(x, ids, weights, buf, num_tokens, block_m, shared):  # type: ignore[no-untyped-def]
+    def pre(x, ids, weights, buf, num_tokens, block_m, shared):  # type: ignore[no-redef]  # one closure per branch
         if rsf != 1.0:
             weights = weights * rsf
         function(

@@ -129,7 +129,7 @@ def _arguments(
         buf_topk_idx,
         buf_topk_weights,
         shared_x_sf if write_shared else buf_x_sf,
-        shared_x_sf.stride(1) if write_shared else 0,
+        shared_x_sf.stride(1) if write_shared else 0,  # type: ignore[union-attr]  # write_shared: not None
         max(int(shared_block_m), 1),
         num_tokens,
         hidden,
@@ -199,7 +199,7 @@ def pre_dispatch(
         x,
         topk_ids,
         topk_weights,
-        (x.stride(0), topk_ids.stride(0), topk_weights.stride(0)),
+        (x.stride(0), topk_ids.stride(0), topk_weights.stride(0)),  # type: ignore[union-attr]  # None only if T == 0
         num_tokens,
         hidden,
         buf_x,
@@ -247,7 +247,7 @@ class PreDispatchLauncher:
             raise ValueError(f"variant={variant!r} is not one of {tuple(FORMAT_CODES)}")
         _check_buffers(buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights, FORMAT_CODES[variant][0], shared_x_sf)
         self.buffers = (buf_x, buf_x_sf, buf_topk_idx, buf_topk_weights)
-        self.options = dict(
+        self.options: dict[str, Any] = dict(
             variant=variant,
             routed_scaling_factor=float(routed_scaling_factor),
             shared_x_sf=shared_x_sf,
@@ -267,10 +267,10 @@ class PreDispatchLauncher:
             key = (
                 x.shape,
                 x.stride(0),
-                topk_ids.stride(0),
-                topk_weights.stride(0),
-                topk_ids.dtype,
-                topk_weights.dtype,
+                topk_ids.stride(0),  # type: ignore[union-attr]  # None only if T == 0 (no cast: the hot path)
+                topk_weights.stride(0),  # type: ignore[union-attr]
+                topk_ids.dtype,  # type: ignore[union-attr]
+                topk_weights.dtype,  # type: ignore[union-attr]
                 x.get_device(),
             )
         plan = self._plans.get(key)
@@ -301,7 +301,7 @@ class PreDispatchLauncher:
         use_pdl = pdl_supported(index) if self.pdl is None else bool(self.pdl)
         _buf_x, _buf_x_sf, buf_topk_idx, buf_topk_weights = self.buffers
         if num_tokens == 0:
-            inputs: tuple = (buf_topk_weights, buf_topk_idx, buf_topk_weights)
+            inputs: tuple[Any, Any, Any] = (buf_topk_weights, buf_topk_idx, buf_topk_weights)
             strides = (buf_topk_weights.stride(0), buf_topk_idx.stride(0), buf_topk_weights.stride(0))
         else:
             inputs = (x.dtype, topk_ids.dtype, topk_weights.dtype)  # compiled for aligned pointers

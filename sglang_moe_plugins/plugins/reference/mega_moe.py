@@ -25,7 +25,7 @@ class MegaReferencePlugin(Plugin):
     priority = 0
     description = "pure torch emulation of W4A8 / W4A4 / SM90 FP8 MegaMoE numerics (slow; needs all experts locally)"
     #: Reads its inputs only.
-    writes_inputs = frozenset()
+    writes_inputs: frozenset[str] = frozenset()
 
     def available(self, platform: Platform) -> Support:
         return Support.yes("pure torch, runs anywhere")

@@ -69,7 +69,7 @@ class ReferencePlugin(Plugin):
     priority = 0
     description = "pure torch oracle; every shape, CPU and GPU (slow: host sync on masked_m)"
     #: Reads ``gateup`` only (it indexes the real rows into a copy).
-    writes_inputs = frozenset()
+    writes_inputs: frozenset[str] = frozenset()
 
     def available(self, platform: Platform) -> Support:
         return Support.yes("pure torch, runs anywhere")

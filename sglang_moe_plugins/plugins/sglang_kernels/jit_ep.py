@@ -29,7 +29,7 @@ class JitEpPlugin(Plugin):
     priority = 100
     description = "SGLang's DSV4 JIT silu_and_mul_masked_post_quant (CUDA sm90+, narrow shape limits)"
     #: The kernel reads ``gateup`` through a ``const bf16_t*`` (its .cuh); it writes out and scale only.
-    writes_inputs = frozenset()
+    writes_inputs: frozenset[str] = frozenset()
 
     def available(self, platform: Platform) -> Support:
         return cuda_host_kernels(platform, min_sm=90)

@@ -172,7 +172,7 @@ def plan_launch(
     if config.max_registers is not None:
         kwargs["maxnreg"] = int(config.max_registers)
     if on_gpu:
-        per_sm = min(config.ctas_per_sm, _resident(device_index, tuple(pointers) + runtime, kwargs, config.num_warps))
+        per_sm = min(config.ctas_per_sm, _resident(device_index, tuple(pointers) + runtime, kwargs, config.num_warps))  # type: ignore[arg-type]  # an int when on_gpu
         wave = sm_count(device_index) * per_sm
         programs = wave * waves_for(config, wave)
         if config.max_programs is not None:
@@ -212,7 +212,7 @@ def launch(
         num_rows,
         two_d // 2,
         group_size=group_size,
-        scale_strides=scale.stride(),
+        scale_strides=scale.stride(),  # type: ignore[arg-type]  # a 3-d scale
         swiglu_limit=swiglu_limit,
         swizzle=swizzle,
         ue8m0=ue8m0,

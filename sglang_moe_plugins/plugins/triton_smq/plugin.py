@@ -67,7 +67,7 @@ class TritonPlugin(Plugin):
     #: false when the kernel right before this op may still be writing ``masked_m``).
     options = MappingProxyType({"pdl": True})
     #: The kernel stores to ``out`` and ``scale`` only; ``gateup`` is loaded, never stored to.
-    writes_inputs = frozenset()
+    writes_inputs: frozenset[str] = frozenset()
 
     @functools.cached_property
     def _launches(self) -> dict[tuple, Callable[[SiluMulQuantInputs, SiluMulQuantOutputs], None]]:

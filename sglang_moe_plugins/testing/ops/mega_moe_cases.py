@@ -121,9 +121,9 @@ def _random_case(rng: random.Random, platform: Platform, budget: int) -> tuple[m
     shape = mm.MegaMoEShape(experts, hidden, inter, top_k, 1 if shared else 0, 1, _SMALL_TOKENS_CAP)
     config = mm.MegaMoEConfig(
         platform,
-        variant,
+        variant,  # type: ignore[arg-type]  # one of mm.VARIANTS
         _weight_format(variant),
-        activation_clamp=clamp,  # type: ignore[arg-type]
+        activation_clamp=clamp,
         routed_scaling_factor=rsf,
     )
     return shape, config, _batch(tokens, rng.choice(ROUTINGS))
@@ -152,9 +152,9 @@ def draw_cases(options: SuiteOptions, platform: Platform, seed: int) -> list[Sui
     def config_for(variant: str, clamp: float | None = 10.0, rsf: float = 1.0) -> mm.MegaMoEConfig:
         return mm.MegaMoEConfig(
             platform,
-            variant,
+            variant,  # type: ignore[arg-type]  # one of mm.VARIANTS
             _weight_format(variant),
-            activation_clamp=clamp,  # type: ignore[arg-type]
+            activation_clamp=clamp,
             routed_scaling_factor=rsf,
         )
 

@@ -11,6 +11,7 @@ import torch
 from ...errors import InvalidArgumentError
 from ...ops import mega_moe as mm
 from ...ops.mega_moe import formats as nm
+from ...ops.mega_moe.weights import Interleave
 
 __all__ = ["ROUTINGS", "MegaProblem", "make_problem", "route"]
 
@@ -92,7 +93,7 @@ def make_problem(
         d1, sf1, w1 = nm.encode_fp8_block_weights(w1f, "gran8")
         d2, sf2, w2 = nm.encode_fp8_block_weights(w2f, None)
     else:
-        mode = "gran16_packed" if variant == "mxf4xmxf4" else "gran8"
+        mode: Interleave = "gran16_packed" if variant == "mxf4xmxf4" else "gran8"
         d1, sf1, w1 = nm.encode_fp4_weights(w1f, mode)
         d2, sf2, w2 = nm.encode_fp4_weights(w2f, None)
     s1 = s2 = None
