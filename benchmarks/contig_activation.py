@@ -225,6 +225,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hidden", type=int, nargs="*", default=list(HIDDEN))
     parser.add_argument("--rows", type=int, nargs="*", default=list(ROWS))
+    parser.add_argument("--prebuild-only", action="store_true", help="build SGLang's modules (not prebuilt) and exit")
     args = parser.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -240,6 +241,8 @@ def main() -> None:
     specs = list(dict.fromkeys(specs))  # fp32 scales: one spec for both widths
     jit.prebuild_contig([contig_spec(GROUP, u, False, lim) for u in (False, True) for lim in (None, 10.0)], specs)
     print(f"SGLang kernels ready in {time.time() - t0:.1f} s: {jit.log}", flush=True)
+    if args.prebuild_only:
+        return
     bw = copy_bandwidth()
     gen = torch.Generator(device="cuda").manual_seed(20261203)
     results = []
