@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-__all__ = ["LEGACY_JIT_EP", "LEGACY_FP4_ACTS", "LEGACY_MXF4_KIND", "LEGACY_ENV", "LEGACY_W4A4_PRIORITY", "translate_legacy"]
+__all__ = [
+    "LEGACY_JIT_EP",
+    "LEGACY_FP4_ACTS",
+    "LEGACY_MXF4_KIND",
+    "LEGACY_ENV",
+    "LEGACY_W4A4_PRIORITY",
+    "translate_legacy",
+]
 
 LEGACY_JIT_EP = "SGLANG_OPT_USE_JIT_EP_ACTIVATION"
 LEGACY_FP4_ACTS = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_FP4_ACTS"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_cli import cli
 
 from sglang_moe_plugins.catalog import load_catalog
 from sglang_moe_plugins.cli.layout_view import sglang_guard_reason
-from test_cli import cli
 
 
 def _layers():
@@ -39,7 +39,9 @@ def test_the_guard_model_is_the_installed_releases_guard() -> None:
     for model, experts, hidden in _layers():
         for group in (32, 128):
             for limit in (None, model.swiglu_limit or 10.0):
-                config = MoeRunnerConfig(num_local_experts=experts, intermediate_size_per_partition=hidden, swiglu_limit=limit)
+                config = MoeRunnerConfig(
+                    num_local_experts=experts, intermediate_size_per_partition=hidden, swiglu_limit=limit
+                )
                 want = guard(config, SimpleNamespace(block_shape=[128, group]))
                 got = sglang_guard_reason(experts=experts, hidden=hidden, group_size=group, swiglu_limit=limit)
                 assert got == want, (model.short_name, experts, hidden, group, limit)

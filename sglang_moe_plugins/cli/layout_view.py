@@ -21,8 +21,9 @@ __all__ = ["GUARD_RELEASE", "LayoutView", "sglang_guard_reason", "layout_view"]
 GUARD_RELEASE = "0.5.20"
 
 
-def sglang_guard_reason(*, experts: int, hidden: int, group_size: int, swiglu_limit: float | None,
-                        megamoe: bool = False) -> str | None:
+def sglang_guard_reason(
+    *, experts: int, hidden: int, group_size: int, swiglu_limit: float | None, megamoe: bool = False
+) -> str | None:
     """SGLang 0.5.20-0.5.23's ``_masked_activation_unsupported_reason`` for a layer (E local experts, D per partition)."""
     if swiglu_limit is None and not megamoe:
         return None
@@ -63,13 +64,26 @@ def _stock_masked_kernel(hidden: int, experts: int, group_size: int, clamped: bo
         return "per_token_group_quant (fused SiLU, masked; SiLU rounded to bf16)"
     if hidden // 8 >= experts and group_size in (32, 128) and hidden % 256 == 0:
         return "the DSV4 JIT kernel silu_and_mul_masked_post_quant"
-    return ("the DSV4 JIT kernel behind its asserts (N % 4, G % 4, D // 8 >= E): AssertionError on this shape "
-            f"(D // 8 = {hidden // 8}, E = {experts})")
+    return (
+        "the DSV4 JIT kernel behind its asserts (N % 4, G % 4, D // 8 >= E): AssertionError on this shape "
+        f"(D // 8 = {hidden // 8}, E = {experts})"
+    )
 
 
-def layout_view(*, experts: int, hidden: int, group_size: int, swiglu_limit: float | None, topk: int,
-                platform: Platform, ue8m0: bool, selector: Any, masked_layout: str, smq_hooked: bool = True,
-                release: str | None = None) -> LayoutView:
+def layout_view(
+    *,
+    experts: int,
+    hidden: int,
+    group_size: int,
+    swiglu_limit: float | None,
+    topk: int,
+    platform: Platform,
+    ue8m0: bool,
+    selector: Any,
+    masked_layout: str,
+    smq_hooked: bool = True,
+    release: str | None = None,
+) -> LayoutView:
     """The view of one layer (``experts`` local experts, ``hidden`` = D per partition)."""
     from ..integrations.sglang.layout import LayoutKey, decide_layout
     from ..ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantShape
@@ -83,18 +97,29 @@ def layout_view(*, experts: int, hidden: int, group_size: int, swiglu_limit: flo
     smq_config = SiluMulQuantConfig(platform, swiglu_limit, False, smq_layout)  # type: ignore[arg-type]
 
     def masked_plugin(rows: int) -> str | None:
-        chosen = selector.explain("silu_mul_quant", SiluMulQuantShape(experts, rows, hidden, group_size, topk), smq_config).chosen
+        chosen = selector.explain(
+            "silu_mul_quant", SiluMulQuantShape(experts, rows, hidden, group_size, topk), smq_config
+        ).chosen
         return None if chosen is None else chosen.name
 
     contig_config = ContigConfig(platform, swiglu_limit, False, "ue8m0_packed" if ue8m0 else "row_major", False)
     contig = selector.explain("silu_mul_quant_contig", ContigShape(hidden, group_size), contig_config).chosen
-    contig_runs = (f"op silu_mul_quant_contig runs {contig.name}" if contig is not None
-                   else "op silu_mul_quant_contig: no enabled plugin (raises NoPluginAvailableError)")
-    two_kernels = ("two kernels: silu_and_mul_clamp into bf16, then sglang_per_token_group_quant_fp8" if clamped
-                   else "two kernels: silu_and_mul into bf16, then sglang_per_token_group_quant_fp8")
+    contig_runs = (
+        f"op silu_mul_quant_contig runs {contig.name}"
+        if contig is not None
+        else "op silu_mul_quant_contig: no enabled plugin (raises NoPluginAvailableError)"
+    )
+    two_kernels = (
+        "two kernels: silu_and_mul_clamp into bf16, then sglang_per_token_group_quant_fp8"
+        if clamped
+        else "two kernels: silu_and_mul into bf16, then sglang_per_token_group_quant_fp8"
+    )
     plugin = masked_plugin(256)
-    masked_runs = (f"op silu_mul_quant runs {plugin}" if plugin is not None
-                   else "op silu_mul_quant: no enabled plugin (raises NoPluginAvailableError)")
+    masked_runs = (
+        f"op silu_mul_quant runs {plugin}"
+        if plugin is not None
+        else "op silu_mul_quant: no enabled plugin (raises NoPluginAvailableError)"
+    )
     memory = "masked, if SGLang's memory policy allows (SGLANG_DEEPGEMM_STANDARD_LAYOUT=auto: decided at run time, unknown offline)"
     if not has_guard:
         stock_layout = f"masked (releases before {GUARD_RELEASE} have no compact fallback for the activation)"
@@ -105,16 +130,33 @@ def layout_view(*, experts: int, hidden: int, group_size: int, swiglu_limit: flo
         package_layout, package_runs = stock_layout, f"{masked_runs}; compact: {contig_runs}"
     else:
         stock_layout, stock_runs = f"compact (SGLang's guard: {guard})", two_kernels
-        decision = decide_layout(LayoutKey(experts, hidden, group_size, swiglu_limit, False, topk),
-                                 masked_layout=masked_layout, smq_hooked=smq_hooked, serving=masked_plugin)
+        decision = decide_layout(
+            LayoutKey(experts, hidden, group_size, swiglu_limit, False, topk),
+            masked_layout=masked_layout,
+            smq_hooked=smq_hooked,
+            serving=masked_plugin,
+        )
         if decision.lift:
             package_layout = f"{memory} (the guard lifted: {decision.reason}); else compact"
             package_runs = f"{masked_runs}; compact: {contig_runs}"
         else:
             package_layout, package_runs = f"compact (guard kept: {decision.reason})", contig_runs
-    deepep_normal = (f"compact always; stock: {two_kernels}; package: {contig_runs}" if has_guard
-                     else "compact always; stock: two kernels (the package hooks the compact runner from 0.5.20)")
-    deepep_ll = (f"masked always (the guard is not consulted); stock: {_stock_masked_kernel(hidden, experts, group_size, clamped)}; "
-                 f"package: {masked_runs}")
-    return LayoutView(release, guard if has_guard else None, stock_layout, stock_runs, package_layout, package_runs,
-                      deepep_normal, deepep_ll)
+    deepep_normal = (
+        f"compact always; stock: {two_kernels}; package: {contig_runs}"
+        if has_guard
+        else "compact always; stock: two kernels (the package hooks the compact runner from 0.5.20)"
+    )
+    deepep_ll = (
+        f"masked always (the guard is not consulted); stock: {_stock_masked_kernel(hidden, experts, group_size, clamped)}; "
+        f"package: {masked_runs}"
+    )
+    return LayoutView(
+        release,
+        guard if has_guard else None,
+        stock_layout,
+        stock_runs,
+        package_layout,
+        package_runs,
+        deepep_normal,
+        deepep_ll,
+    )

@@ -118,7 +118,7 @@ def register() -> None:
             logger.warning("sglang-moe-plugins: not hooking %s: op %s is stock (SGLang's own function runs it)",
                            check.path, check.op)
             continue
-        if failing is not None and target.hook.endswith((":contig_kernel_hook", ":masked_guard_hook")):
+        if failing is not None and target.hook.endswith((":contig_kernel_hook", ":masked_guard_hook", ":masked_policy_hook")):
             continue  # failing closed: the op's main hook raises first; these stay SGLang's own functions
         try:
             hook = target.hook_function() if failing is None else failing[check.op]

@@ -5,19 +5,23 @@ config that their DSV4 JIT kernel cannot take (``D // 8 < E``, a group other tha
 it to the compact layout, whose padding makes the activation and both GEMMs run over many more rows. With
 the package, the masked call goes to the ``silu_mul_quant`` hook, whose plugins take every such shape.
 
-The hook lifts the guard's refusal for a config (the reason becomes None) when all of these hold; otherwise
-it returns SGLang's own reason unchanged:
+The hook lifts the guard's refusal for a batch (the reason becomes None) when all of these hold; otherwise it
+returns SGLang's own reason unchanged:
 
 - ``masked_layout = "measured"`` (the default; ``"sglang"``, or ``SGLANG_MOE_PLUGINS_MASKED_LAYOUT=sglang``,
   gives the decision back to SGLang);
 - op ``silu_mul_quant`` is hooked in this process (not ``stock``): otherwise the masked call would reach
   SGLang's asserted kernel;
 - an enabled plugin other than the reference serves the config's masked call at every token count probed;
-- the end-to-end benchmark measured the masked layout faster than the compact one for this config
-  (``data/masked_layout.json``, written from ``benchmarks/results/contig_e2e_NVIDIA-H200.json``).
+- the end-to-end benchmark measured the masked layout at least 5% faster than the compact one for this config at
+  this batch's token count (``data/masked_layout.json``: a range of token counts per config, written by
+  ``benchmarks/masked_layout_table.py`` from ``benchmarks/results/contig_e2e_NVIDIA-H200.json``). The token count
+  is the one SGLang's own ``_should_use_masked_standard_layout(runner_config, quant_info, hidden_states)`` sees: its
+  AROUND hook (:func:`masked_policy_hook`) records ``hidden_states.shape[0]`` for the guard it calls. A guard call
+  from anywhere else keeps SGLang's reason.
 
-Nothing here reads tensor data or the batch: the decision is a function of the layer's config and the
-process configuration, the same on every rank and under CUDA-graph capture. SGLang's own policy still
+Nothing here reads tensor data: the decision is a function of the layer's config, the process configuration and
+the batch's token count, which SGLang's own memory policy reads too. SGLang's own policy still
 decides after the guard (``SGLANG_DEEPGEMM_STANDARD_LAYOUT``, the masked layout's memory budget).
 """
 
@@ -33,13 +37,16 @@ from typing import Any, Callable
 from ... import api
 from ...log import get_logger
 
-__all__ = ["LayoutKey", "LayoutDecision", "masked_guard_hook", "decide_layout", "measured_configs", "PROBE_ROWS"]
+__all__ = ["LayoutKey", "LayoutDecision", "masked_guard_hook", "masked_policy_hook", "decide_layout", "measured_configs",
+           "PROBE_ROWS"]
 
 logger = get_logger(__name__)
 #: Padded rows per expert at which the masked call must be served (decode to prefill).
 PROBE_ROWS = (8, 256, 4096)
 _lock = threading.Lock()
 _decisions: dict[Any, LayoutDecision] = {}
+#: ``tokens``: the batch's token count while SGLang's ``_should_use_masked_standard_layout`` runs (its hook sets it).
+_local = threading.local()
 
 
 @dataclass(frozen=True)
@@ -60,8 +67,15 @@ class LayoutKey:
 
 @dataclass(frozen=True)
 class LayoutDecision:
+    """Whether the guard may be lifted for a layer config, and for which batch sizes (token counts, inclusive)."""
+
     lift: bool
     reason: str
+    tokens_min: int = 0
+    tokens_max: int = 0
+
+    def lifts(self, tokens: int | None) -> bool:
+        return self.lift and tokens is not None and self.tokens_min <= tokens <= self.tokens_max
 
 
 @functools.cache
@@ -89,8 +103,9 @@ def decide_layout(key: LayoutKey, *, masked_layout: str, smq_hooked: bool, servi
         if plugin is None or plugin == "reference":
             return LayoutDecision(False, f"no plugin but the reference serves the masked call at N={rows}")
         plugins.add(plugin)
+    low, high = int(measured["tokens_min"]), int(measured["tokens_max"])
     return LayoutDecision(True, f"{key.describe()}: masked measured faster ({measured.get('summary', '')}); "
-                                f"served by {', '.join(sorted(plugins))}")
+                                f"served by {', '.join(sorted(plugins))}", low, high)
 
 
 def _key(runner_config: Any, quant_info: Any, swizzle: bool) -> LayoutKey | None:
@@ -148,6 +163,22 @@ def masked_guard_hook(original: Callable[..., Any], runner_config: Any, quant_in
         with _lock:
             if cache_key not in _decisions:
                 _decisions[cache_key] = decision
-                logger.info("sglang-moe-plugins: masked layout %s for %s: %s (SGLang's guard: %s)",
-                            "allowed" if decision.lift else "left to SGLang", key.describe(), decision.reason, reason)
-    return None if decision.lift else reason
+                where = f"at {decision.tokens_min}-{decision.tokens_max} tokens" if decision.lift else "left to SGLang"
+                logger.info("sglang-moe-plugins: masked layout for %s: %s: %s (SGLang's guard: %s)",
+                            key.describe(), where, decision.reason, reason)
+    return None if decision.lifts(getattr(_local, "tokens", None)) else reason
+
+
+def masked_policy_hook(original: Callable[..., Any], runner_config: Any, quant_info: Any, hidden_states: Any,
+                       *args: Any, **kwargs: Any) -> Any:
+    """AROUND hook of ``_should_use_masked_standard_layout``: makes the batch's token count known to the guard's
+    hook (which SGLang calls from inside it) for the call; SGLang's function decides, unchanged."""
+    previous = getattr(_local, "tokens", None)
+    try:
+        _local.tokens = int(hidden_states.shape[0])
+    except Exception:  # noqa: BLE001 - not a tensor: the guard's hook then keeps SGLang's reason
+        _local.tokens = None
+    try:
+        return original(runner_config, quant_info, hidden_states, *args, **kwargs)
+    finally:
+        _local.tokens = previous

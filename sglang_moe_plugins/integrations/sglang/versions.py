@@ -46,6 +46,7 @@ __all__ = [
     "MEGA_TARGET",
     "CONTIG_RUNNER_TARGET",
     "GUARD_TARGET",
+    "POLICY_TARGET",
     "sglang_version",
     "check_targets",
     "version_case",
@@ -202,6 +203,10 @@ def _contig_targets(kernel_module: str, fused_when: tuple[str, ...], redirect: s
 GUARD_TARGET = "sglang.srt.layers.moe.moe_runner.deep_gemm._masked_activation_unsupported_reason"
 _GUARD = HookTarget(GUARD_TARGET, "silu_mul_quant", ("runner_config", "quant_info"),
                     "sglang_moe_plugins.integrations.sglang.layout:masked_guard_hook")
+#: SGLang's layout policy, hooked to hand the batch's token count to the guard's hook.
+POLICY_TARGET = "sglang.srt.layers.moe.moe_runner.deep_gemm._should_use_masked_standard_layout"
+_POLICY = HookTarget(POLICY_TARGET, "silu_mul_quant", ("runner_config", "quant_info", "hidden_states"),
+                     "sglang_moe_plugins.integrations.sglang.layout:masked_policy_hook")
 _CONTIG_0520 = _contig_targets("sglang.kernels.ops.attention.dsv4", ("use_swizzle",), "use_swizzle")
 _CONTIG_0521 = _contig_targets("sglang.kernels.ops.moe.dsv4", ("use_swizzle", "config.silu_mul_keep_fp32"),
                                "config.silu_mul_keep_fp32")
@@ -227,10 +232,10 @@ KNOWN_TARGETS: dict[str, tuple[HookTarget, ...]] = {
     "0.5.17": (_SMQ_0517,),
     "0.5.18": (_SMQ_0517,),
     "0.5.19": (_SMQ_0517,),
-    "0.5.20": (_SMQ_0517, _GUARD, *_CONTIG_0520),
-    "0.5.21": (_SMQ_0521, _GUARD, _MEGA_0521, *_CONTIG_0521),
-    "0.5.22": (_SMQ_0521, _GUARD, _MEGA_0522, *_CONTIG_0521),
-    "0.5.23": (_SMQ_0521, _GUARD, _MEGA_0523, *_CONTIG_0523),
+    "0.5.20": (_SMQ_0517, _GUARD, _POLICY, *_CONTIG_0520),
+    "0.5.21": (_SMQ_0521, _GUARD, _POLICY, _MEGA_0521, *_CONTIG_0521),
+    "0.5.22": (_SMQ_0521, _GUARD, _POLICY, _MEGA_0522, *_CONTIG_0521),
+    "0.5.23": (_SMQ_0521, _GUARD, _POLICY, _MEGA_0523, *_CONTIG_0523),
 }
 
 _active: dict[str, HookTarget] = {}
