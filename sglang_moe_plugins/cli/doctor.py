@@ -106,7 +106,11 @@ def _masked_layout_text(config: Any) -> str:
     from ..integrations.sglang.layout import measured_configs
 
     table = measured_configs()
-    faster = sorted(f"E={e} D={d} group={g}{' clamped' if c else ''}" for (e, d, g, c), v in table.items() if v["masked_faster"])
+    faster = sorted(
+        f"E={e} D={d} group={g}{' clamped' if c else ''} at {v['tokens_min']}-{v['tokens_max']} tokens"
+        for (e, d, g, c), v in table.items()
+        if v["masked_faster"]
+    )
     return ("'measured': SGLang 0.5.20+'s activation guard is lifted where a plugin serves the masked call and the masked "
             f"layout measured faster: {', '.join(faster) if faster else 'no config measured faster, so none'} "
             "(SGLANG_MOE_PLUGINS_MASKED_LAYOUT=sglang gives the decision back)")
