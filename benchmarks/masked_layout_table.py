@@ -35,7 +35,7 @@ def table(result: dict[str, Any], margin: float, source: str) -> dict[str, Any]:
         rows.sort()
         best: tuple[int, int] | None = None
         start = None
-        for i, (_, stock, masked) in enumerate(rows + [(0, 0.0, 1.0)]):
+        for i, (_, stock, masked) in enumerate([*rows, (0, 0.0, 1.0)]):
             fast = i < len(rows) and stock / masked >= margin
             if fast and start is None:
                 start = i
@@ -50,23 +50,30 @@ def table(result: dict[str, Any], margin: float, source: str) -> dict[str, Any]:
             "group_size": 128,
             "clamped": case["swiglu_limit"] is not None,
             "masked_faster": best is not None,
-            "measured": {str(t): {"stock_compact_us": round(s, 1), "masked_package_us": round(m, 1),
-                                  "speedup": round(s / m, 3)} for t, s, m in rows},
+            "measured": {
+                str(t): {"stock_compact_us": round(s, 1), "masked_package_us": round(m, 1), "speedup": round(s / m, 3)}
+                for t, s, m in rows
+            },
         }
         if best is not None:
             lo, hi = rows[best[0]][0], rows[best[1] - 1][0]
-            gains = [s / m for _, s, m in rows[best[0]:best[1]]]
-            entry.update(tokens_min=lo, tokens_max=hi,
-                         summary=f"{min(gains):.2f}-{max(gains):.2f}x at {lo}-{hi} tokens")
+            gains = [s / m for _, s, m in rows[best[0] : best[1]]]
+            entry.update(
+                tokens_min=lo, tokens_max=hi, summary=f"{min(gains):.2f}-{max(gains):.2f}x at {lo}-{hi} tokens"
+            )
         else:
-            entry["summary"] = "never at least {:.2f}x faster".format(margin)
+            entry["summary"] = f"never at least {margin:.2f}x faster"
         configs.append(entry)
     info = result["run_info"]
     return {
         "about": "Configs SGLang's guard sends to the compact layout, with the token counts at which the masked layout "
-                 "and the package's activation measured at least `margin` faster (integrations/sglang/layout.py). "
-                 "Written by benchmarks/masked_layout_table.py.",
-        "source": source, "commit": info["commit"], "device": info["device"], "date": result["date"], "margin": margin,
+        "and the package's activation measured at least `margin` faster (integrations/sglang/layout.py). "
+        "Written by benchmarks/masked_layout_table.py.",
+        "source": source,
+        "commit": info["commit"],
+        "device": info["device"],
+        "date": result["date"],
+        "margin": margin,
         "configs": configs,
     }
 

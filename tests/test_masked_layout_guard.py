@@ -88,9 +88,18 @@ def test_lifted_in_the_measured_token_range(measured, masked_mode) -> None:
     runner_config, quant_info = _configs()
     # through SGLang's own policy function, which calls the guard: masked inside the measured range only
     assert [_policy(dg, runner_config, quant_info, t) for t in (1, 15, 16, 256, 2048, 2049, 16384)] == [
-        False, False, True, True, True, False, False]
+        False,
+        False,
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
     # the guard called on its own (no batch known) keeps SGLang's reason
-    assert dg._masked_activation_unsupported_reason(runner_config, quant_info) == "D // 8 (64) < num_local_experts (256)"
+    assert (
+        dg._masked_activation_unsupported_reason(runner_config, quant_info) == "D // 8 (64) < num_local_experts (256)"
+    )
     runner_config.swiglu_limit = None  # no clamp: SGLang's guard has nothing to refuse
     assert dg._masked_activation_unsupported_reason(runner_config, quant_info) is None
 
@@ -137,8 +146,11 @@ def test_the_switch_gives_the_decision_back(measured) -> None:
 def test_decide_layout_is_pure_and_names_each_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     from sglang_moe_plugins.integrations.sglang import layout
 
-    monkeypatch.setattr(layout, "measured_configs", lambda: {
-        (256, 512, 128, True): {"masked_faster": True, "tokens_min": 16, "tokens_max": 2048}})
+    monkeypatch.setattr(
+        layout,
+        "measured_configs",
+        lambda: {(256, 512, 128, True): {"masked_faster": True, "tokens_min": 16, "tokens_max": 2048}},
+    )
     key = layout.LayoutKey(256, 512, 128, 10.0, False, 6)
     ok = layout.decide_layout(key, masked_layout="measured", smq_hooked=True, serving=lambda rows: "triton")
     assert ok.lift and "triton" in ok.reason and (ok.tokens_min, ok.tokens_max) == (16, 2048)
