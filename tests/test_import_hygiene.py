@@ -28,6 +28,10 @@ SKIPPED: dict[str, str] = {
                                             "its top level by design; the plugin imports it on first use",
     f"{PACKAGE}.plugins.triton_smq.launch": "imports .kernel (Triton) at its top level by design; the plugin "
                                             "imports it on first prepare/run",
+    f"{PACKAGE}.plugins.contig.triton_kernel": "the contig @triton.jit kernel: imports Triton at its top level by "
+                                               "design; contig_triton imports it on first use",
+    f"{PACKAGE}.plugins.contig.triton_launch": "imports .triton_kernel (Triton) at its top level by design; the "
+                                               "contig_triton plugin imports it on first prepare/run",
 }
 
 HEAVY = ("sglang", "deep_gemm", "triton")

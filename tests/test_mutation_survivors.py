@@ -143,3 +143,107 @@ def test_inputs_maybe_written_keeps_only_the_declared_writes() -> None:
     assert inputs_maybe_written(SimpleNamespace(writes_inputs="masked_m"), writable, inputs, None, None) == ("masked_m",)
     assert inputs_maybe_written(SimpleNamespace(writes_inputs=()), writable, inputs, None, None) == ()
     assert inputs_maybe_written(SimpleNamespace(), writable, inputs, None, None) == ("gateup", "masked_m")
+
+
+# -- registry ------------------------------------------------------------------------------------------
+def test_a_user_priority_is_named_in_the_status(tmp_path) -> None:
+    """reg-priority: the record's status (``list``, ``explain``) says where a user priority came from."""
+    from conftest import RecordingPlugin
+    from sglang_moe_plugins import Registry
+
+    path = tmp_path / "moe.toml"
+    path.write_text("priority = { a = 77 }\n")
+    config = load_config({"SGLANG_MOE_PLUGINS_CONFIG": str(path)})
+    registry = Registry.from_plugins([RecordingPlugin("a", 10), RecordingPlugin("b", 20)], config)
+    a, b = registry.get("a"), registry.get("b")
+    assert a.priority == 77 and "priority 77 set by [priority] in" in a.status
+    assert b.priority == 20 and "priority" not in b.status
+
+
+@pytest.mark.parametrize(("name", "priority", "message"), [
+    ("Bad Name!", 1, r"name='Bad Name!' must be a string matching"),  # reg-name-re
+    ("fine", True, r"priority=True must be an int"),  # reg-prio-int
+])
+def test_plugin_attributes_are_validated(name: str, priority, message: str) -> None:
+    from conftest import RecordingPlugin
+    from sglang_moe_plugins.core.registry import validate_plugin
+    from sglang_moe_plugins.errors import PluginValidationError
+
+    with pytest.raises(PluginValidationError, match=message):
+        validate_plugin(RecordingPlugin(name, priority), "test")
+
+
+def test_strict_refuses_an_entry_point_that_cannot_be_loaded() -> None:
+    """reg-strict2: under strict a plugin that cannot be registered is an error; without, a reported problem."""
+    from importlib.metadata import EntryPoint
+
+    from sglang_moe_plugins import Registry, UserConfig
+    from sglang_moe_plugins.core.registry import ENTRY_POINT_GROUP
+    from sglang_moe_plugins.errors import PluginValidationError
+
+    eps = [EntryPoint("gone_kernels", "no_such_module_for_mutants:Plugin", ENTRY_POINT_GROUP)]
+    with pytest.raises(PluginValidationError, match=r"strict = true and 1 plugin\(s\) could not be registered"):
+        Registry.discover(UserConfig(strict=True), eps=eps)
+    assert [p.entry_point for p in Registry.discover(UserConfig(), eps=eps).problems] == ["gone_kernels"]
+
+
+# -- MegaMoE plans -------------------------------------------------------------------------------------
+@pytest.fixture
+def adapter():
+    from sglang_moe_plugins.integrations.sglang import mega_moe as ma
+
+    ma.reset()
+    yield ma
+    ma.reset()
+
+
+def test_the_plan_cap_holds_a_large_models_layers() -> None:
+    """plan-max: a 61-layer model with a few call-flag sets never reaches the cap (no clearing, no warning)."""
+    from sglang_moe_plugins.integrations.sglang import mega_plan
+
+    assert mega_plan.MAX_PLANS >= 61 * 8
+
+
+def test_a_planned_layer_still_refuses_a_batch_past_the_token_cap(adapter, monkeypatch) -> None:
+    """mega-hit-tokens: the plan's hit checks the batch against max_tokens_per_rank."""
+    from _mega_cases import make_problem
+    from test_mega_adapter import _experts, _kwargs
+
+    from sglang_moe_plugins.errors import InvalidArgumentError
+
+    problem = make_problem("fp8xfp4", seed=48, tokens=12)
+    monkeypatch.setenv("SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK", "8")
+    adapter.reset()
+    i, experts = problem.inputs, _experts(problem)
+    assert adapter.build_call(experts, i.hidden_states[:5], i.topk_ids[:5], i.topk_weights[:5],
+                              **_kwargs(problem, num_tokens=5)) is not None
+    with pytest.raises(InvalidArgumentError, match="max_tokens_per_rank"):
+        adapter.build_call(experts, i.hidden_states, i.topk_ids, i.topk_weights, **_kwargs(problem))
+
+
+def test_a_weight_replaced_in_place_is_planned_again(adapter) -> None:
+    """mega-hit-weights: the host's weight list keeps its identity, one tensor in it is new."""
+    from _mega_cases import make_problem
+    from test_mega_adapter import _experts, _kwargs
+
+    problem = make_problem("fp8xfp4", seed=48, tokens=12)
+    i = problem.inputs
+    experts = _experts(problem, mega_l1_weights=list(i.l1_weights))
+    first = adapter.build_call(experts, i.hidden_states, i.topk_ids, i.topk_weights, **_kwargs(problem))
+    fresh = i.l1_weights[0].clone()
+    experts.mega_l1_weights[0] = fresh
+    again = adapter.build_call(experts, i.hidden_states, i.topk_ids, i.topk_weights, **_kwargs(problem))
+    assert again.plan is not first.plan and again.inputs.l1_weights[0] is fresh
+
+
+def test_a_new_routed_scaling_factor_is_a_new_plan(adapter) -> None:
+    """mega-rsf-key: the same layer called with another routed_scaling_factor does not reuse the plan."""
+    from _mega_cases import make_problem
+    from test_mega_adapter import _experts, _kwargs
+
+    problem = make_problem("fp8xfp4", seed=49)
+    i, experts = problem.inputs, _experts(problem)
+    calls = [adapter.build_call(experts, i.hidden_states, i.topk_ids, i.topk_weights,
+                                **_kwargs(problem, routed_scaling_factor=rsf)) for rsf in (1.0, 2.5)]
+    assert calls[0].plan is not calls[1].plan
+    assert [c.config.routed_scaling_factor for c in calls] == [1.0, 2.5]

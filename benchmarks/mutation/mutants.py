@@ -273,8 +273,9 @@ TESTS.update(
             # test_startup_safety's entry-point tests read the installed distribution's entry points, which
             # may name modules a HEAD copy lacks (the checkout's uncommitted plugins): left out of this set.
             Group("registry-", ["tests/test_registry.py", "tests/test_selection.py"]),
-            # test_mega_plan_key alone took 110 s on the shared cores: the plan mutants run the adapter's tests only
-            Group("mega-", ["tests/test_mega_adapter.py"]),
+            # test_mega_plan_key alone took 110 s on the shared cores, and the adapter's file past 120 s under
+            # load: the plan mutants run the adapter's plan tests only
+            Group("mega-", ["tests/test_mega_adapter.py", "-k", "bound or planned or cap or rebuilt or plan"]),
         )
     }
 )
