@@ -1,8 +1,8 @@
 """The contiguous (compact) runner's activation step alone, side by side in one run on one GPU:
 
-- ``contig_triton``: this project's Triton kernel (the plugin's prepared launch; default options);
-- ``contig_triton_fast_exp``: the same with ``fast_exp`` (SGLang's ``__expf`` arithmetic), on the cases
-  without a limit; ``contig_triton_waves4``: the grid capped at 4 waves (each program walks several tiles),
+- ``contig_triton``: this project's Triton kernel (the plugin's prepared launch; default options, ``fast_exp``);
+- ``contig_triton_exact``: the same with ``fast_exp=False`` (the reference's expf and IEEE division);
+  ``contig_triton_waves4``: the default with the grid capped at 4 waves (each program walks several tiles),
   on the cases of 16384 rows and more without a limit;
 - ``sglang_two_kernel``: SGLang's two-kernel branch of ``_run_contiguous_gemm`` (``silu_and_mul_clamp`` with a
   limit, else ``silu_and_mul``, into a bf16 ``[M, D]`` buffer, then the flat ``per_token_group_quant`` fp8
@@ -14,8 +14,7 @@ SGLang's kernels are built from the sglang 0.5.23 wheel's JIT sources (``bench/s
 Times: medians over CUDA-graph replays of back-to-back calls rotated over input/output sets larger than 3x
 L2, in ``--rounds`` rounds of alternating path order, the median of the rounds (``bench/timing.py``).
 Each case also records the numerics: ``contig_triton`` against ``contig_reference`` and SGLang's fused kernel,
-``contig_triton_fast_exp`` against SGLang's fused kernel (fp8 bytes identical, scales identical / max relative
-difference).
+``contig_triton_exact`` against the reference (fp8 bytes identical, scales identical / max relative difference).
 
 Writes ``contig_activation_<device>.json`` and ``.md`` into ``--out`` (commit, device, versions, date).
 Run on the GPU machine after ``source tests/gpu/gpu_env.sh``: ``python3 benchmarks/contig_activation.py --out $OUT``.
@@ -56,7 +55,7 @@ GROUP = 128
 
 def plugin(**options) -> ContigTritonPlugin:
     p = ContigTritonPlugin()
-    p.options = {"pdl": True, "fast_exp": False, "waves": 0, **options}  # type: ignore[misc]
+    p.options = {**ContigTritonPlugin.options, **options}  # type: ignore[misc]
     return p
 
 
@@ -97,9 +96,9 @@ def run_case(M: int, D: int, limit: float | None, ue8m0: bool, jit, rounds: int,
     paths: dict[str, list] = {}
     default = plugin().prepare(shape, config).launch
     paths["contig_triton"] = [lambda i=i: default(xs[i], outs[i].out, outs[i].scale) for i in range(sets)]
+    exact = plugin(fast_exp=False).prepare(shape, config).launch
+    paths["contig_triton_exact"] = [lambda i=i: exact(xs[i], outs[i].out, outs[i].scale) for i in range(sets)]
     if limit is None:
-        fast = plugin(fast_exp=True).prepare(shape, config).launch
-        paths["contig_triton_fast_exp"] = [lambda i=i: fast(xs[i], outs[i].out, outs[i].scale) for i in range(sets)]
         if M >= 16384:
             waves = plugin(waves=4).prepare(shape, config).launch
             paths["contig_triton_waves4"] = [lambda i=i: waves(xs[i], outs[i].out, outs[i].scale) for i in range(sets)]
@@ -142,6 +141,7 @@ def run_case(M: int, D: int, limit: float | None, ue8m0: bool, jit, rounds: int,
         ref = outputs_of(lambda o: silu_mul_quant_contig_reference(contig.ContigInputs(xs[0]), o, shape, config))
         tri = outputs_of(lambda o: default(xs[0], o.out, o.scale))
         numerics["triton_vs_reference"] = agreement(ref, tri)
+        numerics["exact_vs_reference"] = agreement(ref, outputs_of(lambda o: exact(xs[0], o.out, o.scale)))
         if fused_ok:
             sgl = outputs_of(
                 lambda o: jit.silu_and_mul_contig_post_quant(
@@ -150,9 +150,6 @@ def run_case(M: int, D: int, limit: float | None, ue8m0: bool, jit, rounds: int,
             )
             numerics["triton_vs_sglang_fused"] = agreement(sgl, tri)
             numerics["sglang_fused_vs_reference"] = agreement(ref, sgl)
-            if "contig_triton_fast_exp" in paths:
-                tf = outputs_of(lambda o: fast(xs[0], o.out, o.scale))
-                numerics["fast_exp_vs_sglang_fused"] = agreement(sgl, tf)
         torch.cuda.empty_cache()
 
     names = list(paths)
@@ -187,13 +184,16 @@ def markdown(payload: dict) -> str:
         f"driver {run.get('driver')}; SGLang kernels: {payload['sglang_source']}; copy bandwidth "
         f"{payload['copy_TBps']:.2f} TB/s; group {GROUP}; medians of {payload['rounds']} rounds of CUDA-graph replays.",
         "",
-        "Times in us. `x2k` = sglang_two_kernel / contig_triton (speed-up), `xfused` = sglang_fused / contig_triton, "
-        "`/copy` = contig_triton / same-bytes copy (1.00 = copy speed). fp8 = share of fp8 bytes identical to the "
-        "reference / to SGLang's fused kernel.",
+        "Times in us. `contig_triton`: default options (`fast_exp`); `exact`: `fast_exp=False` (the reference's expf "
+        "and IEEE division); `waves4`: the default with the grid capped at 4 waves. `x2k` = sglang_two_kernel / "
+        "contig_triton (speed-up), `xfused` = sglang_fused / contig_triton, `/copy` = time / same-bytes copy (1.00 = "
+        "copy speed). fp8: share of fp8 bytes identical (default / exact to the reference; default to SGLang's fused "
+        "kernel); `-`: not measured (reference skipped above 16384 rows at D > 2048; SGLang's fused kernel takes no "
+        "UE8M0 scales with G % 4 != 0).",
         "",
-        "| D | M | limit | scales | contig_triton | fast_exp | waves4 | sglang_two_kernel | sglang_fused | copy "
-        "| x2k | xfused | /copy | fp8 = ref | fp8 = sglang (fast_exp) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| D | M | limit | scales | contig_triton | exact | waves4 | sglang_two_kernel | sglang_fused | copy "
+        "| x2k | xfused | /copy | exact /copy | fp8 = ref (default / exact) | fp8 = sglang_fused |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["results"]:
         if "error" in r:
@@ -206,15 +206,16 @@ def markdown(payload: dict) -> str:
         def f(key: str) -> str:
             return f"{t[key]:.2f}" if key in t else "-"
 
-        ref_same = f"{n['triton_vs_reference']['fp8_same']:.6f}" if n else "-"
-        sgl_same = (f"{n['triton_vs_sglang_fused']['fp8_same']:.6f}" if "triton_vs_sglang_fused" in n else "-") + (
-            f" ({n['fast_exp_vs_sglang_fused']['fp8_same']:.6f})" if "fast_exp_vs_sglang_fused" in n else ""
-        )
+        def same(key: str) -> str:
+            return f"{n[key]['fp8_same']:.6f}" if key in n else "-"
+
+        xfused = f"{t['sglang_fused'] / tri:.2f}" if "sglang_fused" in t else "-"
         lines.append(
-            f"| {r['D']} | {r['M']} | {r['swiglu_limit'] or '-'} | {r['scales']} | {tri:.2f} | {f('contig_triton_fast_exp')} "
+            f"| {r['D']} | {r['M']} | {r['swiglu_limit'] or '-'} | {r['scales']} | {tri:.2f} | {f('contig_triton_exact')} "
             f"| {f('contig_triton_waves4')} | {f('sglang_two_kernel')} | {f('sglang_fused')} | {f('copy')} "
-            f"| {t['sglang_two_kernel'] / tri:.2f} | {(t['sglang_fused'] / tri) if 'sglang_fused' in t else float('nan'):.2f} | {tri / t['copy']:.3f} "
-            f"| {ref_same} | {sgl_same} |"
+            f"| {t['sglang_two_kernel'] / tri:.2f} | {xfused} | {tri / t['copy']:.3f} "
+            f"| {t['contig_triton_exact'] / t['copy']:.3f} "
+            f"| {same('triton_vs_reference')} / {same('exact_vs_reference')} | {same('triton_vs_sglang_fused')} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -31,7 +31,7 @@ def test_identity_and_registration() -> None:
     assert PLUGIN.name == "contig_triton" and PLUGIN.op == "silu_mul_quant_contig" and PLUGIN.priority == 110
     assert "contig_triton" in BUILTIN_PLUGINS
     assert PLUGIN.writes_inputs == frozenset()
-    assert dict(PLUGIN.options) == {"pdl": True, "fast_exp": False, "waves": 0}
+    assert dict(PLUGIN.options) == {"pdl": True, "fast_exp": True, "waves": 0}
 
 
 def test_available_and_supports_reasons(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -54,7 +54,9 @@ class ContigKernelConfig:
 
 
 @functools.lru_cache(maxsize=1024)
-def choose_contig_config(hidden: int, group_size: int, tile_elems: int = _TILE_ELEMS, waves: int = 0) -> ContigKernelConfig:
+def choose_contig_config(
+    hidden: int, group_size: int, tile_elems: int = _TILE_ELEMS, waves: int = 0
+) -> ContigKernelConfig:
     """Tiles of ``tile_elems`` output elements: ``block_c`` the largest power of two in [group, 1024] that
     pads D by at most 1/8 (``choose_block_c``: 256 -> 256, 768 -> 256, 2880 -> 1024), ``block_m`` rows."""
     block_c = choose_block_c(hidden, group_size)
@@ -113,7 +115,7 @@ def launch(
     swizzle: bool,
     ue8m0: bool,
     config: ContigKernelConfig | None = None,
-    fast_exp: bool = False,
+    fast_exp: bool = True,
     programs: int | None = None,
     pdl: bool = False,
 ) -> None:
@@ -126,8 +128,17 @@ def launch(
     config = config or choose_contig_config(hidden, group_size)
     on_gpu = gateup.device.type == "cuda"
     use_pdl = on_gpu and pdl and pdl_supported(gateup.get_device())
-    kwargs = constexprs(hidden, group_size, swiglu_limit=swiglu_limit, swizzle=swizzle, ue8m0=ue8m0, config=config,
-                        fast_exp=fast_exp, on_gpu=on_gpu, use_pdl=use_pdl)
+    kwargs = constexprs(
+        hidden,
+        group_size,
+        swiglu_limit=swiglu_limit,
+        swizzle=swizzle,
+        ue8m0=ue8m0,
+        config=config,
+        fast_exp=fast_exp,
+        on_gpu=on_gpu,
+        use_pdl=use_pdl,
+    )
     tiles = -(-rows // config.block_m) * kwargs["NC"]
     grid = (max(1, min(tiles, programs)) if programs else tiles,)
     s_r, s_g = scale_strides(rows, kwargs["G"], ue8m0)
@@ -145,11 +156,35 @@ class _Prepared:
     kernel's launcher (``CompiledKernel.run``, what ``JITFunction.run`` ends with). A pointer that is not
     16-byte aligned or a tensor on another device takes the JIT path."""
 
-    __slots__ = ("_function", "_jit", "_knobs", "_packed", "_run", "_stream", "block_m", "cap", "compiled",
-                 "device_index", "groups", "nc", "tail", "ue8m0")
+    __slots__ = (
+        "_function",
+        "_jit",
+        "_knobs",
+        "_packed",
+        "_run",
+        "_stream",
+        "block_m",
+        "cap",
+        "compiled",
+        "device_index",
+        "groups",
+        "nc",
+        "tail",
+        "ue8m0",
+    )
 
-    def __init__(self, compiled: Any, tail: tuple, cap: int, block_m: int, nc: int, groups: int, ue8m0: bool,
-                 device_index: int, jit: Callable[..., None]) -> None:
+    def __init__(
+        self,
+        compiled: Any,
+        tail: tuple,
+        cap: int,
+        block_m: int,
+        nc: int,
+        groups: int,
+        ue8m0: bool,
+        device_index: int,
+        jit: Callable[..., None],
+    ) -> None:
         run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
         if not hasattr(compiled, "launch_metadata"):
             raise RuntimeError("this Triton's CompiledKernel has no launch_metadata")
@@ -189,7 +224,7 @@ def prepare_contig_launch(
     swizzle: bool,
     ue8m0: bool,
     config: ContigKernelConfig | None = None,
-    fast_exp: bool = False,
+    fast_exp: bool = True,
     pdl: bool = True,
     device_index: int | None,
 ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]:
@@ -200,8 +235,17 @@ def prepare_contig_launch(
     config = config or choose_contig_config(hidden, group_size)
     on_gpu = device_index is not None
     use_pdl = on_gpu and bool(pdl) and pdl_supported(device_index)
-    kwargs = constexprs(hidden, group_size, swiglu_limit=swiglu_limit, swizzle=swizzle, ue8m0=ue8m0, config=config,
-                        fast_exp=fast_exp, on_gpu=on_gpu, use_pdl=use_pdl)
+    kwargs = constexprs(
+        hidden,
+        group_size,
+        swiglu_limit=swiglu_limit,
+        swizzle=swizzle,
+        ue8m0=ue8m0,
+        config=config,
+        fast_exp=fast_exp,
+        on_gpu=on_gpu,
+        use_pdl=use_pdl,
+    )
     limit = float(swiglu_limit) if swiglu_limit is not None else 0.0
     groups, nc, block_m = kwargs["G"], kwargs["NC"], config.block_m
 
@@ -231,6 +275,13 @@ def prepare_contig_launch(
     except Exception as exc:
         logger.warning("contig_triton: launching through Triton's JIT dispatch (%s: %s)", type(exc).__name__, exc)
         return jit
-    logger.debug("contig_triton: prepared D=%d group=%d on cuda:%d, %s, cap %d, PDL %s", hidden, group_size,
-                  device_index, config, cap, use_pdl)
+    logger.debug(
+        "contig_triton: prepared D=%d group=%d on cuda:%d, %s, cap %d, PDL %s",
+        hidden,
+        group_size,
+        device_index,
+        config,
+        cap,
+        use_pdl,
+    )
     return prepared

@@ -11,8 +11,11 @@ launch of a shape key with every shape-dependent decision made once; ``run`` kee
 prepared, per shape key and device.
 
 Options: ``pdl`` (default true): programmatic dependent launch on sm90+ (the kernel waits for the previous
-kernel before reading ``gateup``). ``fast_exp`` (default false): SGLang's arithmetic (``__expf`` and a fast
-reciprocal, as SGLang's fused contig kernel) instead of the reference's (``expf`` and IEEE division).
+kernel before reading ``gateup``). ``fast_exp`` (default true): SiLU with SGLang's arithmetic (``__expf`` as
+``ex2.approx`` and a fast reciprocal, as SGLang's fused contig kernel and the masked ``triton`` plugin), within
+the op's fast-exponential tolerance; false: the reference's operations (libdevice ``expf``, IEEE division),
+bytes identical to ``contig_reference`` but about 1.5x slower on large calls (compute-bound; measured in
+``benchmarks/results/contig_activation_NVIDIA-H200.md``). Scales are IEEE ``absmax / 448`` either way.
 ``waves`` (default 0): cap the grid at that many whole waves of resident programs, each program then
 walking several tiles (0: one tile per program).
 """
@@ -54,8 +57,10 @@ class ContigTritonPlugin(Plugin):
     op = OP
     # Above SGLang's own kernels (contig_sglang_fused, contig_sglang_two_kernel), as the masked ``triton``.
     priority = 110
-    description = "Triton kernel for contiguous rows: every D/group, swiglu_limit, swizzle, fp32/UE8M0 scales; no host sync"
-    options = MappingProxyType({"pdl": True, "fast_exp": False, "waves": 0})
+    description = (
+        "Triton kernel for contiguous rows: every D/group, swiglu_limit, swizzle, fp32/UE8M0 scales; no host sync"
+    )
+    options = MappingProxyType({"pdl": True, "fast_exp": True, "waves": 0})
     #: The kernel stores to ``out`` and ``scale`` only; ``gateup`` is loaded, never stored to.
     writes_inputs = frozenset()
 
@@ -111,7 +116,7 @@ class ContigTritonPlugin(Plugin):
             swizzle=config.swizzle,
             ue8m0=config.scale_ue8m0,
             config=launcher.choose_contig_config(shape.hidden, shape.group_size, waves=waves),
-            fast_exp=bool(self.options.get("fast_exp", False)),
+            fast_exp=bool(self.options.get("fast_exp", True)),
             pdl=bool(self.options.get("pdl", True)),
             device_index=device_index,
         )
