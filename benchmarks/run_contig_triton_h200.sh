@@ -19,5 +19,6 @@ timeout "$T_BENCH" python3 benchmarks/contig_activation.py --out "$OUT" > "$OUT/
 echo "bench rc $? after $(( $(date +%s) - start )) s" >> "$OUT/env.txt"
 tail -n 12 "$OUT"/test_*.txt
 tail -n 5 "$OUT/bench.log"
+
 # at most 8 files come back: one archive, plus the markdown table
-(cd "$OUT" && tar czf run.tgz --exclude run.tgz . && find . -type f ! -name run.tgz ! -name '*.md' -delete)
+(cd "$OUT" && tar czf /tmp/contig_run.tgz . && find . -type f ! -name '*.md' -delete && mv /tmp/contig_run.tgz run.tgz)
