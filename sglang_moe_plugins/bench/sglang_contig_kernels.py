@@ -84,7 +84,9 @@ class SglangContigJit(SglangJit):
     def activation_module(self, dtype: torch.dtype = torch.bfloat16):
         return self._get(("activation", dtype), *self.activation_source(dtype))
 
-    def contig_sources(self, contig: Iterable[ContigSpec] = (), two_kernel: bool = True) -> list[tuple[str, str, str, str]]:
+    def contig_sources(
+        self, contig: Iterable[ContigSpec] = (), two_kernel: bool = True
+    ) -> list[tuple[str, str, str, str]]:
         """Sources of the given fused specs, plus the clamp and activation kernels when ``two_kernel``."""
         sources = [self.contig_source(s) for s in contig]
         if two_kernel:
@@ -175,7 +177,9 @@ class SglangContigJit(SglangJit):
             else output_scale(out_shape, x.device, group_size, column_major_scales, scale_tma_aligned, scale_ue8m0)
         )
         if scale_ue8m0 and x_s.dtype == torch.float32:
-            raise NotImplementedError("the fp32 row-major UE8M0 flavour (per_token_group_quant_8bit_v2) is not built here")
+            raise NotImplementedError(
+                "the fp32 row-major UE8M0 flavour (per_token_group_quant_8bit_v2) is not built here"
+            )
         if x.shape[0] > 0:
             self.per_token_group_quant(
                 x, x_q, x_s, group_size, scale_ue8m0=scale_ue8m0, fuse_silu_and_mul=fuse_silu_and_mul, masked_m=masked_m
@@ -210,9 +214,9 @@ def output_scale(
         if column_major_scales and scale_tma_aligned:
             *batch, rows, _ = x_shape
             aligned_mn, aligned_k = (rows + 3) // 4 * 4, (groups + 3) // 4 * 4
-            return torch.empty((*batch, aligned_k // 4, aligned_mn), device=device, dtype=torch.int32).transpose(-1, -2)[
-                ..., :rows, :
-            ]
+            return torch.empty((*batch, aligned_k // 4, aligned_mn), device=device, dtype=torch.int32).transpose(
+                -1, -2
+            )[..., :rows, :]
         if column_major_scales:
             raise ValueError("column_major_scales requires scale_tma_aligned=True when scale_ue8m0 is enabled")
         return torch.empty((*x_shape[:-1], groups), device=device, dtype=torch.float32)
