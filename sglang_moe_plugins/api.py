@@ -14,7 +14,16 @@ from .core.registry import Registry
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["get_registry", "get_selector", "current_selector", "reload", "select", "explain", "dispatch", "silu_mul_quant"]
+__all__ = [
+    "get_registry",
+    "get_selector",
+    "current_selector",
+    "reload",
+    "select",
+    "explain",
+    "dispatch",
+    "silu_mul_quant",
+]
 
 _lock = threading.Lock()
 _selector: Selector | None = None
@@ -89,8 +98,14 @@ def silu_mul_quant(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run op ``silu_mul_quant`` through the selected plugin; returns ``(out, scale)``."""
     shape, config = smq.describe(
-        gateup, masked_m, group_size=group_size, topk=topk, swiglu_limit=swiglu_limit,
-        swizzle=swizzle, scale_layout=scale_layout, keep_fp32=keep_fp32,
+        gateup,
+        masked_m,
+        group_size=group_size,
+        topk=topk,
+        swiglu_limit=swiglu_limit,
+        swizzle=swizzle,
+        scale_layout=scale_layout,
+        keep_fp32=keep_fp32,
     )
     outputs = dispatch(smq.OP, smq.SiluMulQuantInputs(gateup, masked_m, num_real_tokens), shape, config)
     return outputs.out, outputs.scale

@@ -98,7 +98,9 @@ def _hf_int(cfg: dict[str, Any], keys: tuple[str, ...], source: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidArgumentError("model config", key, value, f"an int >= 1 (in {source})")
         return value
-    raise InvalidArgumentError("model config", "/".join(keys), None, f"one of these keys in {source} (a MoE model's config.json)")
+    raise InvalidArgumentError(
+        "model config", "/".join(keys), None, f"one of these keys in {source} (a MoE model's config.json)"
+    )
 
 
 def model_from_hf_config(path: str | os.PathLike[str]) -> ModelSpec:
@@ -113,7 +115,9 @@ def model_from_hf_config(path: str | os.PathLike[str]) -> ModelSpec:
     source = os.fspath(path)
     try:
         if os.path.getsize(source) > _CONFIG_MAX_BYTES:
-            raise InvalidArgumentError("model config", "path", source, f"a config.json of at most {_CONFIG_MAX_BYTES >> 20} MB")
+            raise InvalidArgumentError(
+                "model config", "path", source, f"a config.json of at most {_CONFIG_MAX_BYTES >> 20} MB"
+            )
         with open(source, encoding="utf-8-sig") as handle:
             raw = json.load(handle)
     except OSError as exc:
@@ -134,17 +138,44 @@ def model_from_hf_config(path: str | os.PathLike[str]) -> ModelSpec:
     block = quant.get("weight_block_size")
     group = None
     if block is not None:
-        if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
-            raise InvalidArgumentError("model config", "quantization_config.weight_block_size", block, f"two ints > 0, e.g. [128, 128] (in {source})")
+        if not (
+            isinstance(block, list)
+            and len(block) == 2
+            and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+        ):
+            raise InvalidArgumentError(
+                "model config",
+                "quantization_config.weight_block_size",
+                block,
+                f"two ints > 0, e.g. [128, 128] (in {source})",
+            )
         group = block[1]
     if cfg.get("model_type") == "gpt_oss":
         act = "gpt-oss clamped swiglu"
     else:
         act = f"swiglu_limit={float(limit)}" if limit is not None else "silu"
-    name = raw.get("_name_or_path") or os.path.basename(os.path.dirname(os.path.abspath(source))) or os.path.basename(source)
-    quant_text = f"{quant.get('quant_method', 'quantized')} block {block[0]}x{block[1]}" if block else str(quant.get("quant_method", "bf16"))
-    return ModelSpec(f"config/{os.path.basename(str(name).rstrip('/'))}", hidden, inter, experts, topk, 0, act, quant_text,
-                     f"read from {source}", group)
+    name = (
+        raw.get("_name_or_path")
+        or os.path.basename(os.path.dirname(os.path.abspath(source)))
+        or os.path.basename(source)
+    )
+    quant_text = (
+        f"{quant.get('quant_method', 'quantized')} block {block[0]}x{block[1]}"
+        if block
+        else str(quant.get("quant_method", "bf16"))
+    )
+    return ModelSpec(
+        f"config/{os.path.basename(str(name).rstrip('/'))}",
+        hidden,
+        inter,
+        experts,
+        topk,
+        0,
+        act,
+        quant_text,
+        f"read from {source}",
+        group,
+    )
 
 
 @dataclass(frozen=True)
@@ -178,11 +209,15 @@ def silu_mul_quant_cases(
     if model.experts % ep:
         raise InvalidArgumentError("catalog", "ep", ep, f"a divisor of {model.short_name}'s {model.experts} experts")
     if model.inter % tp:
-        raise InvalidArgumentError("catalog", "tp", tp, f"a divisor of {model.short_name}'s intermediate size {model.inter}")
+        raise InvalidArgumentError(
+            "catalog", "tp", tp, f"a divisor of {model.short_name}'s intermediate size {model.inter}"
+        )
     limit = model.swiglu_limit if swiglu_limit == "model" else swiglu_limit
     e, d = model.experts // ep, model.inter // tp
     if d % group_size:
-        raise InvalidArgumentError("catalog", "tp", tp, f"a split leaving D = {model.inter}/{tp} a multiple of group_size {group_size}")
+        raise InvalidArgumentError(
+            "catalog", "tp", tp, f"a split leaving D = {model.inter}/{tp} a multiple of group_size {group_size}"
+        )
     layout = host_scale_layout(limit is not None, ue8m0)
     cases = []
     for n in rows:
@@ -202,8 +237,11 @@ def silu_mul_quant_cases(
 def platform_uses_ue8m0(platform: Platform) -> bool:
     """Whether SGLang's DeepGEMM path uses UE8M0 scales there: on sm100 (Blackwell) it always does
     (``DEEPGEMM_SCALE_UE8M0`` in ``sglang.srt.layers.deep_gemm_wrapper.configurer``; also sm120/sm121)."""
-    return platform.is_cuda and platform.capability is not None and (
-        platform.capability[0] == 10 or platform.capability in ((12, 0), (12, 1)))
+    return (
+        platform.is_cuda
+        and platform.capability is not None
+        and (platform.capability[0] == 10 or platform.capability in ((12, 0), (12, 1)))
+    )
 
 
 def deep_gemm_runner_runs_on(platform: Platform) -> bool:
@@ -247,11 +285,13 @@ def mega_moe_cases(model: ModelSpec, *, ep: int = 1, platform: Platform = Platfo
     variants = _MEGA_VARIANTS.get(major) if major is not None else None
     if not variants:
         return [MegaMoECase(head, None, None, f"SGLang runs MegaMoE on sm90 and sm100 only, not on {platform}")]
-    shape = mega_moe.MegaMoEShape(num_experts=model.experts, hidden=model.hidden, intermediate=model.inter,
-                                  top_k=model.topk, ep_size=ep)
+    shape = mega_moe.MegaMoEShape(
+        num_experts=model.experts, hidden=model.hidden, intermediate=model.inter, top_k=model.topk, ep_size=ep
+    )
     cases = []
     for label, variant, weights in variants:
-        config = mega_moe.MegaMoEConfig(platform=platform, variant=variant, weight_format=weights,
-                                        activation_clamp=model.swiglu_limit)
+        config = mega_moe.MegaMoEConfig(
+            platform=platform, variant=variant, weight_format=weights, activation_clamp=model.swiglu_limit
+        )
         cases.append(MegaMoECase(f"{head} {label}", shape, config))
     return cases

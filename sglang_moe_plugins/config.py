@@ -51,7 +51,14 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Hashable, Iterable, Mapping
 
-from .config_legacy import LEGACY_ENV, LEGACY_FP4_ACTS, LEGACY_JIT_EP, LEGACY_MXF4_KIND, LEGACY_W4A4_PRIORITY, translate_legacy
+from .config_legacy import (
+    LEGACY_ENV,
+    LEGACY_FP4_ACTS,
+    LEGACY_JIT_EP,
+    LEGACY_MXF4_KIND,
+    LEGACY_W4A4_PRIORITY,
+    translate_legacy,
+)
 from .config_file import CONFIG_ENV, MAX_CONFIG_BYTES, config_path as _config_path, parse_file as _parse_file
 from .errors import ConfigError
 from .priority_rules import PriorityRule, check_priority_rules, parse_priority_rules
@@ -92,8 +99,20 @@ MASKED_LAYOUT_CHOICES = ("measured", "sglang")
 #: Priorities must fit a signed 64-bit integer.
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
-_TOP_KEYS = ("strict", "debug", "on_config_error", "allow", "stock", "disable", "enable", "priority", "force", "options",
-             "priority_rules", "masked_layout")
+_TOP_KEYS = (
+    "strict",
+    "debug",
+    "on_config_error",
+    "allow",
+    "stock",
+    "disable",
+    "enable",
+    "priority",
+    "force",
+    "options",
+    "priority_rules",
+    "masked_layout",
+)
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
@@ -156,7 +175,9 @@ class UserConfig:
                     raise ConfigError(f"unknown plugin {name!r} ({origin}); valid plugins: {valid}")
         both = sorted(self.disable & self.enable)
         if both:
-            raise ConfigError(f"plugin {both[0]!r} is both enabled and disabled{where}; remove it from one of the lists")
+            raise ConfigError(
+                f"plugin {both[0]!r} is both enabled and disabled{where}; remove it from one of the lists"
+            )
         op_names = sorted(ops)
         for op in sorted(self.stock):
             if op not in op_names:
@@ -174,8 +195,8 @@ class UserConfig:
                 )
             if name in self.disable:
                 raise ConfigError(
-                f"force.{op} = {name!r}{where}, but {name!r} is also {self.provenance.get('disable:' + name, 'disabled')}"
-            )
+                    f"force.{op} = {name!r}{where}, but {name!r} is also {self.provenance.get('disable:' + name, 'disabled')}"
+                )
         if self.priority_rules:
             specs = ops if isinstance(ops, Mapping) else {name: None for name in op_names}
             check_priority_rules(self.priority_rules, plugins, specs, where)
@@ -239,11 +260,12 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConf
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"priority.{name}{where} must be an integer, got {value!r}")
         if not _INT64[0] <= value <= _INT64[1]:
-            raise ConfigError(f"priority.{name}{where} = {value} does not fit a 64-bit integer "
-                              f"({_INT64[0]} to {_INT64[1]})")
+            raise ConfigError(
+                f"priority.{name}{where} = {value} does not fit a 64-bit integer ({_INT64[0]} to {_INT64[1]})"
+            )
     force = data.get("force", {})
     if not isinstance(force, dict) or not all(isinstance(v, str) for v in force.values()):
-        raise ConfigError(f"[force]{where} must be a table of op = \"plugin name\", got {force!r}")
+        raise ConfigError(f'[force]{where} must be a table of op = "plugin name", got {force!r}')
     options = data.get("options", {})
     if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
         raise ConfigError(f"[options]{where} must hold one table per plugin ([options.<plugin>]), got {options!r}")
@@ -311,7 +333,9 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
     if ALLOW_ENV in env:
         allow = frozenset(_names(env[ALLOW_ENV]))
         provenance.update({f"allow:{name}": f"allowed by {ALLOW_ENV}" for name in allow})
-        notes.append(f"{ALLOW_ENV}={env[ALLOW_ENV]!r}: third-party plugins allowed: {', '.join(sorted(allow)) or 'none'}")
+        notes.append(
+            f"{ALLOW_ENV}={env[ALLOW_ENV]!r}: third-party plugins allowed: {', '.join(sorted(allow)) or 'none'}"
+        )
     stock = set(config.stock)
     for op in _names(env.get(STOCK_ENV, "")):
         stock.add(op)

@@ -40,27 +40,58 @@ class DemoCase:
     on_gpu: str = ""
 
 
-_PLAIN = ("runs: plain SiLU takes SGLang's per_token_group_quant branch, which has no shape limit here; it rounds SiLU to "
-          "bf16 before the product, where the plugins keep it in fp32 (docs/host-notes.md)")
+_PLAIN = (
+    "runs: plain SiLU takes SGLang's per_token_group_quant branch, which has no shape limit here; it rounds SiLU to "
+    "bf16 before the product, where the plugins keep it in fp32 (docs/host-notes.md)"
+)
 
 #: Calls of the DeepGEMM masked runner (local experts E, padded rows N, per-expert size D per rank) behind the
 #: crashes the package prevents, and two that stock SGLang runs. Synthetic ones are labelled.
 CRASH_CASES = (
-    DemoCase("DeepSeek-V4-Flash --tp 4 (E=256, D=2048/4=512, swiglu_limit=10: D // 8 < E)", 256, 128, 512, 6, 10.0,
-             on_gpu="crashes on SGLang 0.5.19 with --moe-runner-backend deep_gemm when the runner takes its masked layout "
-                    "(the clamped SwiGLU goes to the DSV4 JIT branch and its assert); SGLang 0.5.20 and later switch this "
-                    "shape to the compact layout instead (_masked_activation_unsupported_reason), so the call is not made"),
+    DemoCase(
+        "DeepSeek-V4-Flash --tp 4 (E=256, D=2048/4=512, swiglu_limit=10: D // 8 < E)",
+        256,
+        128,
+        512,
+        6,
+        10.0,
+        on_gpu="crashes on SGLang 0.5.19 with --moe-runner-backend deep_gemm when the runner takes its masked layout "
+        "(the clamped SwiGLU goes to the DSV4 JIT branch and its assert); SGLang 0.5.20 and later switch this "
+        "shape to the compact layout instead (_masked_activation_unsupported_reason), so the call is not made",
+    ),
     DemoCase("Qwen3.5-35B-A3B EP2 (E=128, D=512: D // 8 < E)", 128, 64, 512, 8, None, on_gpu=_PLAIN),
     DemoCase("Qwen3-30B-A3B-FP8 EP4 (E=32, D=768: G=6, G % 4 != 0)", 32, 64, 768, 8, None, on_gpu=_PLAIN),
-    DemoCase("synthetic: Qwen3-30B-A3B-FP8 EP4 shape with silu_mul_keep_fp32 (G % 4 != 0)", 32, 64, 768, 8, None, True,
-             on_gpu="crashes: the DSV4 JIT branch's AssertionError; SGLang sets silu_mul_keep_fp32 only under DeepEP v2 with "
-                    "MXFP8 for an architecture registered with register_deepep_v2_model(..., silu_mul_keep_fp32=True), "
-                    "which no built-in model is"),
-    DemoCase("synthetic: Qwen3.5-35B-A3B EP2 shape with swiglu_limit=10 (the model is plain SiLU)", 128, 64, 512, 8, 10.0,
-             on_gpu="crashes: the DSV4 JIT branch's AssertionError (any clamped model with D // 8 < E)"),
-    DemoCase("synthetic: DeepSeek-V4-Flash EP8 with N=6 rows per expert (N % 4 != 0)", 32, 6, 2048, 6, 10.0,
-             on_gpu="crashes: the DSV4 JIT branch's AssertionError; SGLang's DeepEP low-latency dispatch sizes N as a "
-                    "multiple of the ranks, so this N is synthetic"),
+    DemoCase(
+        "synthetic: Qwen3-30B-A3B-FP8 EP4 shape with silu_mul_keep_fp32 (G % 4 != 0)",
+        32,
+        64,
+        768,
+        8,
+        None,
+        True,
+        on_gpu="crashes: the DSV4 JIT branch's AssertionError; SGLang sets silu_mul_keep_fp32 only under DeepEP v2 with "
+        "MXFP8 for an architecture registered with register_deepep_v2_model(..., silu_mul_keep_fp32=True), "
+        "which no built-in model is",
+    ),
+    DemoCase(
+        "synthetic: Qwen3.5-35B-A3B EP2 shape with swiglu_limit=10 (the model is plain SiLU)",
+        128,
+        64,
+        512,
+        8,
+        10.0,
+        on_gpu="crashes: the DSV4 JIT branch's AssertionError (any clamped model with D // 8 < E)",
+    ),
+    DemoCase(
+        "synthetic: DeepSeek-V4-Flash EP8 with N=6 rows per expert (N % 4 != 0)",
+        32,
+        6,
+        2048,
+        6,
+        10.0,
+        on_gpu="crashes: the DSV4 JIT branch's AssertionError; SGLang's DeepEP low-latency dispatch sizes N as a "
+        "multiple of the ranks, so this N is synthetic",
+    ),
 )
 
 
@@ -75,20 +106,28 @@ def _inputs(e: int, n: int, d: int, seed: int) -> tuple[torch.Tensor, torch.Tens
     return gateup, masked
 
 
-def _check(gateup, masked, out, scale, group: int, limit: float | None, layout: str, keep_fp32: bool = False) -> dict[str, Any]:
+def _check(
+    gateup, masked, out, scale, group: int, limit: float | None, layout: str, keep_fp32: bool = False
+) -> dict[str, Any]:
     """The tolerance policy of the conformance kit (an independent fp64 computation), over real rows."""
     from .ops import silu_mul_quant as smq
     from .testing.ops.silu_mul_quant import compare_with_fp64, tolerance_for
 
-    shape, config = smq.describe(gateup, masked, group_size=group, topk=1, swiglu_limit=limit, scale_layout=layout,
-                                 keep_fp32=keep_fp32)
+    shape, config = smq.describe(
+        gateup, masked, group_size=group, topk=1, swiglu_limit=limit, scale_layout=layout, keep_fp32=keep_fp32
+    )
     outputs = smq.SiluMulQuantOutputs(out, scale)
     smq.validate_outputs(outputs, shape, config)
     inputs = smq.SiluMulQuantInputs(gateup, masked)
     written = not torch.isnan(out[smq.real_rows(masked, shape.max_rows)].float()).any().item()
     result = compare_with_fp64(inputs, outputs, shape, config, tolerance_for(config))
-    return {"all_real_rows_written": written, "within_tolerance": result.ok, "worst_vs_bound": result.worst_value_ratio,
-            "detail": result.message, "ok": written and result.ok}
+    return {
+        "all_real_rows_written": written,
+        "within_tolerance": result.ok,
+        "worst_vs_bound": result.worst_value_ratio,
+        "detail": result.message,
+        "ok": written and result.ok,
+    }
 
 
 def _short(exc: BaseException) -> str:
@@ -117,32 +156,64 @@ def run_demo(log_level: str = "WARNING") -> dict[str, Any]:
     for i, case in enumerate(CRASH_CASES):
         gateup, masked = _inputs(case.experts, case.rows, case.hidden, seed=i)
         try:
-            stock(gateup.clone(), masked, 128, case.topk, swiglu_limit=case.swiglu_limit, silu_mul_keep_fp32=case.keep_fp32)
+            stock(
+                gateup.clone(),
+                masked,
+                128,
+                case.topk,
+                swiglu_limit=case.swiglu_limit,
+                silu_mul_keep_fp32=case.keep_fp32,
+            )
             here_stock = "ran"
         except NotImplementedError as exc:  # the GPU-only kernel of the plain branch: not the shape bug
             here_stock = f"no CPU kernel ({_short(exc)[:80]}...): not the shape bug; see the GPU line"
         except Exception as exc:  # noqa: BLE001 - the point is to show it
             here_stock = _short(exc)
         before = {"on_gpu": case.on_gpu, "here": here_stock}
-        out, scale = hooked(gateup.clone(), masked, 128, case.topk, swiglu_limit=case.swiglu_limit, silu_mul_keep_fp32=case.keep_fp32)
+        out, scale = hooked(
+            gateup.clone(), masked, 128, case.topk, swiglu_limit=case.swiglu_limit, silu_mul_keep_fp32=case.keep_fp32
+        )
         layout = "row_major" if case.swiglu_limit is not None or case.keep_fp32 else "column_major"
         from .ops import silu_mul_quant as smq
 
-        shape, config = smq.describe(gateup, masked, group_size=128, topk=case.topk, swiglu_limit=case.swiglu_limit,
-                                     scale_layout=layout, keep_fp32=case.keep_fp32)
+        shape, config = smq.describe(
+            gateup,
+            masked,
+            group_size=128,
+            topk=case.topk,
+            swiglu_limit=case.swiglu_limit,
+            scale_layout=layout,
+            keep_fp32=case.keep_fp32,
+        )
         here = selector.explain(smq.OP, shape, config)
         h200 = selector.explain(smq.OP, shape, dataclasses.replace(config, platform=Platform.cuda(9, 0)))
-        report["crash_cases"].append({
-            "case": case.label, "stock_sglang": before,
-            "hooked": {"plugin": here.chosen.name, "why": here.candidate(here.chosen.name).reason,
-                       "not_chosen": {c.name: f"{c.verdict}: {c.reason}" for c in here.candidates if c.name != here.chosen.name},
-                       "check": _check(gateup, masked, out, scale, 128, case.swiglu_limit, layout, case.keep_fp32)},
-            "on_h200": {"plugin": h200.chosen.name if h200.chosen else None,
-                        "not_chosen": {c.name: f"{c.verdict}: {c.reason}" for c in h200.candidates if h200.chosen is None or c.name != h200.chosen.name}},
-        })
+        report["crash_cases"].append(
+            {
+                "case": case.label,
+                "stock_sglang": before,
+                "hooked": {
+                    "plugin": here.chosen.name,
+                    "why": here.candidate(here.chosen.name).reason,
+                    "not_chosen": {
+                        c.name: f"{c.verdict}: {c.reason}" for c in here.candidates if c.name != here.chosen.name
+                    },
+                    "check": _check(gateup, masked, out, scale, 128, case.swiglu_limit, layout, case.keep_fp32),
+                },
+                "on_h200": {
+                    "plugin": h200.chosen.name if h200.chosen else None,
+                    "not_chosen": {
+                        c.name: f"{c.verdict}: {c.reason}"
+                        for c in h200.candidates
+                        if h200.chosen is None or c.name != h200.chosen.name
+                    },
+                },
+            }
+        )
     for model in load_catalog():
         if model.gpt_oss_activation:
-            report["catalog"].append({"model": model.short_name, "note": "gpt-oss activation: handed to SGLang's own path (not modelled)"})
+            report["catalog"].append(
+                {"model": model.short_name, "note": "gpt-oss activation: handed to SGLang's own path (not modelled)"}
+            )
             continue
         for ep in (1, 8):
             if model.experts % ep:
@@ -155,12 +226,19 @@ def run_demo(log_level: str = "WARNING") -> dict[str, Any]:
             (h200_case,) = silu_mul_quant_cases(model, ep=ep, rows=(128,), platform=Platform.cuda(9, 0))
             h200 = selector.explain("silu_mul_quant", h200_case.shape, h200_case.config)
             jit = h200.candidate("jit_ep") if "jit_ep" in {c.name for c in h200.candidates} else None
-            report["catalog"].append({
-                "model": model.short_name, "ep": ep, "E": e, "D": d, "swiglu_limit": model.swiglu_limit,
-                "here": selector.explain("silu_mul_quant", case.shape, case.config).chosen.name, "check": check,
-                "h200": h200.chosen.name if h200.chosen else None,
-                "jit_ep_on_h200": f"{jit.verdict}: {jit.reason}" if jit else "not registered",
-            })
+            report["catalog"].append(
+                {
+                    "model": model.short_name,
+                    "ep": ep,
+                    "E": e,
+                    "D": d,
+                    "swiglu_limit": model.swiglu_limit,
+                    "here": selector.explain("silu_mul_quant", case.shape, case.config).chosen.name,
+                    "check": check,
+                    "h200": h200.chosen.name if h200.chosen else None,
+                    "jit_ep_on_h200": f"{jit.verdict}: {jit.reason}" if jit else "not registered",
+                }
+            )
     report["hook_calls"] = hook_status()["calls"]
     return report
 
@@ -175,8 +253,10 @@ def _print_text(report: dict[str, Any]) -> None:
         print(f"\n* {item['case']}")
         print(f"  before, stock SGLang on a GPU: {item['stock_sglang']['on_gpu']}")
         print(f"  before, stock SGLang here:     {item['stock_sglang']['here']}")
-        print(f"  after (hooked):                plugin {h['plugin']!r} ({h['why']}); vs fp64: {h['check']['detail']}, "
-              f"all real rows written: {h['check']['all_real_rows_written']} -> {'OK' if h['check']['ok'] else 'FAILED'}")
+        print(
+            f"  after (hooked):                plugin {h['plugin']!r} ({h['why']}); vs fp64: {h['check']['detail']}, "
+            f"all real rows written: {h['check']['all_real_rows_written']} -> {'OK' if h['check']['ok'] else 'FAILED'}"
+        )
         for name, why in h["not_chosen"].items():
             print(f"      not {name}: {why}")
         print(f"  on an H200 (sm90) it would run: {item['on_h200']['plugin']}")
@@ -191,8 +271,10 @@ def _print_text(report: dict[str, Any]) -> None:
             print(f"{row['model']:<24} {row['note']}")
             continue
         limit = "-" if row["swiglu_limit"] is None else f"{row['swiglu_limit']:g}"
-        print(f"{row['model']:<24} {row['ep']:>2} {row['E']:>4} {row['D']:>6} {limit:>6}  {row['here']:<13} "
-              f"{row['check']['worst_vs_bound']:>11.3f} {'yes' if row['check']['ok'] else 'NO':<3} {str(row['h200']):<13} {row['jit_ep_on_h200']}")
+        print(
+            f"{row['model']:<24} {row['ep']:>2} {row['E']:>4} {row['D']:>6} {limit:>6}  {row['here']:<13} "
+            f"{row['check']['worst_vs_bound']:>11.3f} {'yes' if row['check']['ok'] else 'NO':<3} {str(row['h200']):<13} {row['jit_ep_on_h200']}"
+        )
     print(f"\nhooked calls served: {report['hook_calls']}")
 
 

@@ -29,8 +29,9 @@ class GemmRecorder:
 
     calls: list[dict[str, Any]] = field(default_factory=list)
 
-    def __call__(self, lhs: Any, rhs: Any, out: torch.Tensor, m_indices: torch.Tensor, recipe_a: Any = None,
-                 recipe_b: Any = None) -> None:
+    def __call__(
+        self, lhs: Any, rhs: Any, out: torch.Tensor, m_indices: torch.Tensor, recipe_a: Any = None, recipe_b: Any = None
+    ) -> None:
         a, a_scale = lhs
         b, b_scale = rhs
         self.calls.append({"a": a, "a_scale": a_scale, "out": out, "m_indices": m_indices.clone()})
@@ -64,19 +65,35 @@ class Layer:
     m_indices: torch.Tensor
 
 
-def make_layer(*, experts: int = 4, hidden: int = 256, inter: int = 256, rows: int = 16, swiglu_limit: float | None = None,
-               activation: str = "silu", keep_fp32: bool = False, seed: int = 0) -> Layer:
+def make_layer(
+    *,
+    experts: int = 4,
+    hidden: int = 256,
+    inter: int = 256,
+    rows: int = 16,
+    swiglu_limit: float | None = None,
+    activation: str = "silu",
+    keep_fp32: bool = False,
+    seed: int = 0,
+) -> Layer:
     """A layer of ``experts`` local experts (fp8 block-128 weights) and ``rows`` compact rows (the last expert's
     rows partly padding: ``m_indices == -1``)."""
     dg = loaded_sglang()
     from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
 
     g = torch.Generator().manual_seed(seed)
-    config = MoeRunnerConfig(num_experts=experts, num_local_experts=experts, hidden_size=hidden,
-                             intermediate_size_per_partition=inter, top_k=2, activation=activation,
-                             swiglu_limit=swiglu_limit, silu_mul_keep_fp32=keep_fp32,
-                             gemm1_alpha=1.0 if activation == "situ" else None,
-                             gemm1_clamp_limit=7.0 if activation == "situ" else None)
+    config = MoeRunnerConfig(
+        num_experts=experts,
+        num_local_experts=experts,
+        hidden_size=hidden,
+        intermediate_size_per_partition=inter,
+        top_k=2,
+        activation=activation,
+        swiglu_limit=swiglu_limit,
+        silu_mul_keep_fp32=keep_fp32,
+        gemm1_alpha=1.0 if activation == "situ" else None,
+        gemm1_clamp_limit=7.0 if activation == "situ" else None,
+    )
     runner = dg.DeepGemmRunnerCore(config)
 
     def fp8(*size: int) -> torch.Tensor:
@@ -88,25 +105,35 @@ def make_layer(*, experts: int = 4, hidden: int = 256, inter: int = 256, rows: i
     w13 = fp8(experts, 2 * inter, hidden)
     w2 = fp8(experts, hidden, inter)
     quant_info = dg.DeepGemmMoeQuantInfo(
-        w13_weight=w13, w2_weight=w2, use_fp8=True,
-        w13_scale=scales(experts, 2 * inter // 128, hidden // 128), w2_scale=scales(experts, hidden // 128, inter // 128),
+        w13_weight=w13,
+        w2_weight=w2,
+        use_fp8=True,
+        w13_scale=scales(experts, 2 * inter // 128, hidden // 128),
+        w2_scale=scales(experts, hidden // 128, inter // 128),
         block_shape=[128, 128],
     )
     hidden_states = fp8(rows, hidden)
     m_indices = torch.arange(rows, dtype=torch.int32) * experts // rows
     if rows >= 8:
-        m_indices[-(rows // 8):] = -1
+        m_indices[-(rows // 8) :] = -1
     return Layer(runner, quant_info, hidden_states, scales(rows, hidden // 128), m_indices)
 
 
 def run_layer(layer: Layer) -> torch.Tensor:
     """SGLang's (hooked) ``_run_contiguous_gemm`` on ``layer``."""
     dg = loaded_sglang()
-    runner_input = dg.DeepGemmRunnerInput(hidden_states=layer.hidden_states.clone(),
-                                          hidden_states_scale=layer.hidden_states_scale.clone(), use_masked_gemm=False,
-                                          m_indices=layer.m_indices)
-    state = {"all_tokens": layer.hidden_states.shape[0], "hidden_states_device": torch.device("cpu"),
-             "hidden_states_dtype": torch.bfloat16, "hidden_states_shape": tuple(layer.hidden_states.shape)}
+    runner_input = dg.DeepGemmRunnerInput(
+        hidden_states=layer.hidden_states.clone(),
+        hidden_states_scale=layer.hidden_states_scale.clone(),
+        use_masked_gemm=False,
+        m_indices=layer.m_indices,
+    )
+    state = {
+        "all_tokens": layer.hidden_states.shape[0],
+        "hidden_states_device": torch.device("cpu"),
+        "hidden_states_dtype": torch.bfloat16,
+        "hidden_states_shape": tuple(layer.hidden_states.shape),
+    }
     return layer.runner._run_contiguous_gemm(runner_input, layer.quant_info, state)
 
 

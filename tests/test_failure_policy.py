@@ -285,7 +285,9 @@ def test_strict_config_error_installs_hooks_that_raise_it(tmp_path, strict_from)
     # SGLang's own (entry.register: their op's main hook raises first)
     from sglang_moe_plugins.integrations.sglang.versions import CONTIG_RUNNER_TARGET
 
-    assert result["patched"] == sorted(t for t in (SMQ_TARGET, MEGA_TARGET, CONTIG_RUNNER_TARGET) if t in hooked_targets())
+    assert result["patched"] == sorted(
+        t for t in (SMQ_TARGET, MEGA_TARGET, CONTIG_RUNNER_TARGET) if t in hooked_targets()
+    )
     want = "ConfigError: unknown plugin 'jit_epp' (enabled by 'enable' in"
     assert len(result["calls"]) == 2 and all(c.startswith(want) for c in result["calls"]), result["calls"]
     assert "failing closed: the hooks are installed and every hooked call raises this ConfigError" in stderr

@@ -25,13 +25,13 @@ ROOT = Path(__file__).resolve().parent.parent
 SKIPPED: dict[str, str] = {
     f"{PACKAGE}.cli.__main__": "the command-line entry point: importing it runs the CLI and exits",
     f"{PACKAGE}.plugins.triton_smq.kernel": "the @triton.jit kernels: imports Triton (a GPU-only dependency) at "
-                                            "its top level by design; the plugin imports it on first use",
+    "its top level by design; the plugin imports it on first use",
     f"{PACKAGE}.plugins.triton_smq.launch": "imports .kernel (Triton) at its top level by design; the plugin "
-                                            "imports it on first prepare/run",
+    "imports it on first prepare/run",
     f"{PACKAGE}.plugins.contig.triton_kernel": "the contig @triton.jit kernel: imports Triton at its top level by "
-                                               "design; contig_triton imports it on first use",
+    "design; contig_triton imports it on first use",
     f"{PACKAGE}.plugins.contig.triton_launch": "imports .triton_kernel (Triton) at its top level by design; the "
-                                               "contig_triton plugin imports it on first prepare/run",
+    "contig_triton plugin imports it on first prepare/run",
 }
 
 HEAVY = ("sglang", "deep_gemm", "triton")
@@ -76,11 +76,16 @@ def check_imports_clean(package: str, skipped: dict[str, str], extra_path: Path 
     env = dict(os.environ)
     if extra_path is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(extra_path), env.get("PYTHONPATH")) if p)
-    result = subprocess.run([sys.executable, "-c", _CHECK, package, json.dumps(sorted(skipped))],
-                            capture_output=True, text=True, timeout=300, env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", _CHECK, package, json.dumps(sorted(skipped))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert result.returncode == 0 and "CLEAN" in result.stdout, result.stderr[-3000:]
     line = next(x for x in result.stdout.splitlines() if x.startswith("IMPORTED "))
-    return json.loads(line[len("IMPORTED "):])
+    return json.loads(line[len("IMPORTED ") :])
 
 
 def modules_on_disk(package_dir: Path, package: str) -> set[str]:
@@ -88,8 +93,9 @@ def modules_on_disk(package_dir: Path, package: str) -> set[str]:
     found = set()
     for path in package_dir.rglob("*.py"):
         parts = path.relative_to(package_dir).with_suffix("").parts
-        if "__pycache__" in parts or not all((package_dir.joinpath(*parts[:i]) / "__init__.py").exists()
-                                             for i in range(len(parts))):
+        if "__pycache__" in parts or not all(
+            (package_dir.joinpath(*parts[:i]) / "__init__.py").exists() for i in range(len(parts))
+        ):
             continue
         found.add(".".join((package, *parts[:-1])) if parts[-1] == "__init__" else ".".join((package, *parts)))
     return found
@@ -135,9 +141,17 @@ def test_the_check_passes_on_the_clean_fault_package(tmp_path: Path) -> None:
     """The companion tests fail because of the fault alone: without it the same package passes."""
     root = _fault_package(tmp_path, "X = 1\n")
     assert sorted(check_imports_clean("faultpkg", {}, extra_path=root)) == [
-        "faultpkg", "faultpkg.clean", "faultpkg.sub", "faultpkg.sub.faulty"]
-    assert modules_on_disk(root / "faultpkg", "faultpkg") == {"faultpkg", "faultpkg.clean", "faultpkg.sub",
-                                                             "faultpkg.sub.faulty"}
+        "faultpkg",
+        "faultpkg.clean",
+        "faultpkg.sub",
+        "faultpkg.sub.faulty",
+    ]
+    assert modules_on_disk(root / "faultpkg", "faultpkg") == {
+        "faultpkg",
+        "faultpkg.clean",
+        "faultpkg.sub",
+        "faultpkg.sub.faulty",
+    }
 
 
 def test_public_api_is_curated() -> None:

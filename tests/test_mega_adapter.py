@@ -29,10 +29,14 @@ class Experts(SimpleNamespace):
 
 def _experts(problem, **flags) -> SimpleNamespace:
     base = dict(
-        _mega_moe_weights_built=True, _mega_moe_nvfp4=False, _mega_moe_w4a4=problem.config.variant == "mxf4xmxf4",
+        _mega_moe_weights_built=True,
+        _mega_moe_nvfp4=False,
+        _mega_moe_w4a4=problem.config.variant == "mxf4xmxf4",
         _mega_moe_sm90_fp8_weights=problem.config.variant == "sm90_fp8",
-        num_experts=problem.shape.num_experts, moe_ep_size=1,
-        mega_l1_weights=problem.inputs.l1_weights, mega_l2_weights=problem.inputs.l2_weights,
+        num_experts=problem.shape.num_experts,
+        moe_ep_size=1,
+        mega_l1_weights=problem.inputs.l1_weights,
+        mega_l2_weights=problem.inputs.l2_weights,
     )
     base.update(flags)
     return Experts(**base)
@@ -40,17 +44,28 @@ def _experts(problem, **flags) -> SimpleNamespace:
 
 def _kwargs(problem, **over):
     s, c = problem.shape, problem.config
-    kw = dict(hidden_size=s.hidden, intermediate_size=s.intermediate, top_k=s.top_k, num_tokens=problem.inputs.num_tokens,
-              activation_clamp=c.activation_clamp, routed_scaling_factor=c.routed_scaling_factor, activation="swiglu",
-              num_shared_experts=s.num_shared_experts, shared_l1_weights=problem.inputs.shared_l1_weights,
-              shared_l2_weights=problem.inputs.shared_l2_weights, routing_in_buffer=False)
+    kw = dict(
+        hidden_size=s.hidden,
+        intermediate_size=s.intermediate,
+        top_k=s.top_k,
+        num_tokens=problem.inputs.num_tokens,
+        activation_clamp=c.activation_clamp,
+        routed_scaling_factor=c.routed_scaling_factor,
+        activation="swiglu",
+        num_shared_experts=s.num_shared_experts,
+        shared_l1_weights=problem.inputs.shared_l1_weights,
+        shared_l2_weights=problem.inputs.shared_l2_weights,
+        routing_in_buffer=False,
+    )
     kw.update(over)
     return kw
 
 
 def _call(problem, experts=None, **over):
     i = problem.inputs
-    return ma.build_call(experts or _experts(problem), i.hidden_states, i.topk_ids, i.topk_weights, **_kwargs(problem, **over))
+    return ma.build_call(
+        experts or _experts(problem), i.hidden_states, i.topk_ids, i.topk_weights, **_kwargs(problem, **over)
+    )
 
 
 def test_known_kwargs_are_the_host_functions_keyword_parameters() -> None:
@@ -71,12 +86,27 @@ def test_build_call_models_the_variant(variant: str, monkeypatch: pytest.MonkeyP
     call = _call(problem)
     assert isinstance(call, ma.MegaCall)
     assert call.config.variant == variant and call.config.routed_scaling_factor == 2.5
-    assert call.shape == mm.MegaMoEShape(problem.shape.num_experts, problem.shape.hidden, problem.shape.intermediate,
-                                         problem.shape.top_k, problem.shape.num_shared_experts, 1, 1024)
+    assert call.shape == mm.MegaMoEShape(
+        problem.shape.num_experts,
+        problem.shape.hidden,
+        problem.shape.intermediate,
+        problem.shape.top_k,
+        problem.shape.num_shared_experts,
+        1,
+        1024,
+    )
     assert call.inputs.l1_weights[0] is problem.inputs.l1_weights[0]
     assert call.inputs.ep_group is None  # no SGLang runtime context here
     assert {f.name for f in dataclasses.fields(call.inputs)} == {
-        "hidden_states", "topk_ids", "topk_weights", "l1_weights", "l2_weights", "shared_l1_weights", "shared_l2_weights", "ep_group"}
+        "hidden_states",
+        "topk_ids",
+        "topk_weights",
+        "l1_weights",
+        "l2_weights",
+        "shared_l1_weights",
+        "shared_l2_weights",
+        "ep_group",
+    }
     outputs = call.allocate_outputs()
     assert outputs.y.shape == (problem.inputs.num_tokens, problem.shape.hidden)
     assert call.result(outputs).data_ptr() == outputs.y.data_ptr()
@@ -151,8 +181,12 @@ def test_a_layer_is_planned_once_and_checked_per_call(monkeypatch: pytest.Monkey
     assert second.inputs.hidden_states is problem.inputs.hidden_states
     # another batch of the same layer: same plan
     i = problem.inputs
-    short = ma.build_call(experts, i.hidden_states[:5], i.topk_ids[:5], i.topk_weights[:5], **_kwargs(problem, num_tokens=5))
-    assert described == [] and short.plan is first.plan and short.allocate_outputs().y.shape == (5, problem.shape.hidden)
+    short = ma.build_call(
+        experts, i.hidden_states[:5], i.topk_ids[:5], i.topk_weights[:5], **_kwargs(problem, num_tokens=5)
+    )
+    assert (
+        described == [] and short.plan is first.plan and short.allocate_outputs().y.shape == (5, problem.shape.hidden)
+    )
     # a batch whose routing disagrees: validated again, and refused with the argument's name
     with pytest.raises(InvalidArgumentError, match="topk_ids.shape"):
         ma.build_call(experts, i.hidden_states[:5], i.topk_ids, i.topk_weights[:5], **_kwargs(problem, num_tokens=5))
@@ -208,8 +242,14 @@ def test_variant_of() -> None:
 def test_describe_errors_name_argument_and_allowed() -> None:
     problem = make_problem("fp8xfp4", seed=46)
     i = problem.inputs
-    common = dict(l1_weights=i.l1_weights, l2_weights=i.l2_weights, num_experts=problem.shape.num_experts,
-                  hidden_size=problem.shape.hidden, intermediate_size=problem.shape.intermediate, top_k=problem.shape.top_k)
+    common = dict(
+        l1_weights=i.l1_weights,
+        l2_weights=i.l2_weights,
+        num_experts=problem.shape.num_experts,
+        hidden_size=problem.shape.hidden,
+        intermediate_size=problem.shape.intermediate,
+        top_k=problem.shape.top_k,
+    )
     with pytest.raises(InvalidArgumentError, match=r"variant='nvfp4xnvfp4'.*one of \('fp8xfp4'"):
         mm.describe(i.hidden_states, i.topk_ids, i.topk_weights, variant="nvfp4xnvfp4", **common)
     with pytest.raises(InvalidArgumentError, match=r"hidden_states.dtype=torch.float16; allowed: torch.bfloat16"):
@@ -218,8 +258,12 @@ def test_describe_errors_name_argument_and_allowed() -> None:
         mm.describe(i.hidden_states, i.topk_ids[:, :2], i.topk_weights, variant="fp8xfp4", **common)
     with pytest.raises(InvalidArgumentError, match=r"activation_clamp=-1.0"):
         mm.describe(i.hidden_states, i.topk_ids, i.topk_weights, variant="fp8xfp4", activation_clamp=-1.0, **common)
-    with pytest.raises(InvalidArgumentError, match=r"l1_weights\[0\].shape=.*for fp4_e2m1_ue8m0_g32 weights of 2 local experts"):
-        mm.describe(i.hidden_states, i.topk_ids, i.topk_weights, variant="fp8xfp4", ep_size=2, **dict(common, num_experts=4))
+    with pytest.raises(
+        InvalidArgumentError, match=r"l1_weights\[0\].shape=.*for fp4_e2m1_ue8m0_g32 weights of 2 local experts"
+    ):
+        mm.describe(
+            i.hidden_states, i.topk_ids, i.topk_weights, variant="fp8xfp4", ep_size=2, **dict(common, num_experts=4)
+        )
     with pytest.raises(InvalidArgumentError, match="num_tokens"):
         mm.allocate_outputs(problem.shape, problem.config, torch.device("cpu"))
 

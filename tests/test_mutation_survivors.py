@@ -31,7 +31,10 @@ def test_a_boolean_priority_is_refused(value: bool) -> None:
 
 def test_priority_accepts_exactly_the_int64_range() -> None:
     """config-int64-low, config-int64-high, config-int64-const."""
-    assert dict(parse_config({"priority": {"a": INT64_MAX, "b": INT64_MIN}}).priority) == {"a": INT64_MAX, "b": INT64_MIN}
+    assert dict(parse_config({"priority": {"a": INT64_MAX, "b": INT64_MIN}}).priority) == {
+        "a": INT64_MAX,
+        "b": INT64_MIN,
+    }
     for value in (INT64_MAX + 1, INT64_MIN - 1, 1 << 64):
         with pytest.raises(ConfigError, match="does not fit a 64-bit integer"):
             parse_config({"priority": {"a": value}})
@@ -40,12 +43,21 @@ def test_priority_accepts_exactly_the_int64_range() -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"force": {"silu_mul_quant": 3}}, r"\[force\] must be a table of op = \"plugin name\", got"),  # config-force-type
+        (
+            {"force": {"silu_mul_quant": 3}},
+            r"\[force\] must be a table of op = \"plugin name\", got",
+        ),  # config-force-type
         ({"options": ["triton"]}, r"\[options\] must hold one table per plugin"),  # config-options-type
         ({"options": {"triton": 1}}, r"\[options\] must hold one table per plugin"),
-        ({"disable": [""]}, r"disable must be a list of plugin names \(strings\), got \[''\]"),  # config-string-list-empty
+        (
+            {"disable": [""]},
+            r"disable must be a list of plugin names \(strings\), got \[''\]",
+        ),  # config-string-list-empty
         ({"stock": ["mega_moe", ""]}, r"stock must be a list of op names"),
-        ({"masked_layout": "always"}, r"masked_layout must be one of 'measured', 'sglang', got 'always'"),  # config-masked-check
+        (
+            {"masked_layout": "always"},
+            r"masked_layout must be one of 'measured', 'sglang', got 'always'",
+        ),  # config-masked-check
     ],
 )
 def test_malformed_values_are_config_errors_naming_the_key(data: dict, message: str) -> None:
@@ -102,13 +114,17 @@ def test_priority_rules_reorder_and_show_the_ruled_priority(make_selector) -> No
     from conftest import RecordingPlugin, random_call
 
     config = parse_config({"priority_rules": [{"op": "silu_mul_quant", "priority": {"low": 500, "mid": 300}}]})
-    selector = make_selector(RecordingPlugin("high", 100), RecordingPlugin("mid", 50), RecordingPlugin("low", 10),
-                             config=config)
+    selector = make_selector(
+        RecordingPlugin("high", 100), RecordingPlugin("mid", 50), RecordingPlugin("low", 10), config=config
+    )
     _, shape, smq_config = random_call()
     selection = selector.explain("silu_mul_quant", shape, smq_config)
     assert selection.chosen.name == "low"
     assert [(c.name, c.priority, c.verdict) for c in selection.candidates] == [
-        ("low", 500, "chosen"), ("mid", 300, "outranked"), ("high", 100, "outranked")]
+        ("low", 500, "chosen"),
+        ("mid", 300, "outranked"),
+        ("high", 100, "outranked"),
+    ]
     assert "priority 500 from" in selection.candidate("low").reason
 
 
@@ -120,8 +136,12 @@ def test_run_failures_that_must_not_fall_back_raise(make_selector, why: str) -> 
 
     selector = make_selector(RecordingPlugin("a", 10))
     key = ("silu_mul_quant", "shape", "config")
-    kwargs = {"capturing": why == "capturing", "collective": why == "collective", "stage": "run",
-              "written": ("gateup",) if why == "written" else ()}
+    kwargs = {
+        "capturing": why == "capturing",
+        "collective": why == "collective",
+        "stage": "run",
+        "written": ("gateup",) if why == "written" else (),
+    }
     with pytest.raises(RuntimeError, match="boom") as info:
         selector._on_failure(key, "a", RuntimeError("boom"), **kwargs)
     assert "raised by plugin 'a' (run)" in " ".join(info.value.__notes__)
@@ -140,7 +160,9 @@ def test_inputs_maybe_written_keeps_only_the_declared_writes() -> None:
     inputs = SimpleNamespace(gateup_writable=True, masked_writable=True)
     declares = SimpleNamespace(writes_inputs=("gateup",))
     assert inputs_maybe_written(declares, writable, inputs, None, None) == ("gateup",)
-    assert inputs_maybe_written(SimpleNamespace(writes_inputs="masked_m"), writable, inputs, None, None) == ("masked_m",)
+    assert inputs_maybe_written(SimpleNamespace(writes_inputs="masked_m"), writable, inputs, None, None) == (
+        "masked_m",
+    )
     assert inputs_maybe_written(SimpleNamespace(writes_inputs=()), writable, inputs, None, None) == ()
     assert inputs_maybe_written(SimpleNamespace(), writable, inputs, None, None) == ("gateup", "masked_m")
 
@@ -160,10 +182,13 @@ def test_a_user_priority_is_named_in_the_status(tmp_path) -> None:
     assert b.priority == 20 and "priority" not in b.status
 
 
-@pytest.mark.parametrize(("name", "priority", "message"), [
-    ("Bad Name!", 1, r"name='Bad Name!' must be a string matching"),  # reg-name-re
-    ("fine", True, r"priority=True must be an int"),  # reg-prio-int
-])
+@pytest.mark.parametrize(
+    ("name", "priority", "message"),
+    [
+        ("Bad Name!", 1, r"name='Bad Name!' must be a string matching"),  # reg-name-re
+        ("fine", True, r"priority=True must be an int"),  # reg-prio-int
+    ],
+)
 def test_plugin_attributes_are_validated(name: str, priority, message: str) -> None:
     from conftest import RecordingPlugin
     from sglang_moe_plugins.core.registry import validate_plugin
@@ -215,8 +240,12 @@ def test_a_planned_layer_still_refuses_a_batch_past_the_token_cap(adapter, monke
     monkeypatch.setenv("SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK", "8")
     adapter.reset()
     i, experts = problem.inputs, _experts(problem)
-    assert adapter.build_call(experts, i.hidden_states[:5], i.topk_ids[:5], i.topk_weights[:5],
-                              **_kwargs(problem, num_tokens=5)) is not None
+    assert (
+        adapter.build_call(
+            experts, i.hidden_states[:5], i.topk_ids[:5], i.topk_weights[:5], **_kwargs(problem, num_tokens=5)
+        )
+        is not None
+    )
     with pytest.raises(InvalidArgumentError, match="max_tokens_per_rank"):
         adapter.build_call(experts, i.hidden_states, i.topk_ids, i.topk_weights, **_kwargs(problem))
 
@@ -243,7 +272,11 @@ def test_a_new_routed_scaling_factor_is_a_new_plan(adapter) -> None:
 
     problem = make_problem("fp8xfp4", seed=49)
     i, experts = problem.inputs, _experts(problem)
-    calls = [adapter.build_call(experts, i.hidden_states, i.topk_ids, i.topk_weights,
-                                **_kwargs(problem, routed_scaling_factor=rsf)) for rsf in (1.0, 2.5)]
+    calls = [
+        adapter.build_call(
+            experts, i.hidden_states, i.topk_ids, i.topk_weights, **_kwargs(problem, routed_scaling_factor=rsf)
+        )
+        for rsf in (1.0, 2.5)
+    ]
     assert calls[0].plan is not calls[1].plan
     assert [c.config.routed_scaling_factor for c in calls] == [1.0, 2.5]

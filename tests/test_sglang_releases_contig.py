@@ -60,8 +60,11 @@ def test_runner_method_and_kernel_have_the_tables_parameters(release: str) -> No
     assert source is not None and name in source
     fn = _function(release, member + ".py", name)
     if fn is None:  # re-exported: from .x import name
-        (origin,) = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom)
-                     and any(a.name == name for a in n.names)]
+        (origin,) = [
+            n
+            for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.ImportFrom) and any(a.name == name for a in n.names)
+        ]
         fn = _function(release, f"{member}/{origin.module}.py", name)
     assert fn is not None, f"sglang {release}: {host.kernel_path}"
     assert tuple(a.arg for a in (*fn.args.args, *fn.args.kwonlyargs)) == targets[host.kernel_path].parameters
@@ -83,7 +86,10 @@ def test_the_branches_the_redirect_relies_on(release: str) -> None:
         assert f"{flag}={UE8M0}" in body
     assert f"transposed={UE8M0}" in body and "quant_group_size=scale_block_size" in body
     assert "swiglu_limit=swiglu_limit_arg" in body and "swiglu_limit_arg: Optional[float] = self.swiglu_limit" in body
-    assert "use_contig_swizzle = self.use_swizzle and (not running_state.get('deepep_v2_disable_contig_swizzle', False))" in body
+    assert (
+        "use_contig_swizzle = self.use_swizzle and (not running_state.get('deepep_v2_disable_contig_swizzle', False))"
+        in body
+    )
     # ... which is what the two-kernel branch returns from sglang_per_token_group_quant_fp8 with the same flags
     two = "\n".join(ast.unparse(s) for s in fused.orelse)
     assert "sglang_per_token_group_quant_fp8(down_input, scale_block_size, " in two

@@ -39,23 +39,43 @@ class Hit:
 
 #: (path, scope, imported modules) -> why this swallowing is right. Line numbers are not part of the key.
 ALLOWED: dict[tuple[str, str, tuple[str, ...]], str] = {
-    ("tests/fuzz_cases.py", "<module>", ("hypothesis",)):
-        "hypothesis is optional (absent on the GPU image): HAVE_HYPOTHESIS records it, the fuzz tests skip on it",
-    ("tests/gpu/mega_sm90_common.py", "env_ok", ("deep_gemm",)):
-        "returns the import error's text as the reason the SM90 GPU tests skip; deep_gemm is GPU-only",
-    ("tests/gpu/sglang_host.py", "sglang_jit", ("tvm_ffi",)):
-        "returns 'tvm-ffi is not importable' as the reason the GPU host-kernel tests skip; tvm_ffi is optional",
-    ("tests/gpu/test_mega_deepgemm_sm90.py", "_install_parallel_state", ("sglang.srt.runtime_context",)):
-        "SGLang's absence is the branch: without it the test installs the one-rank parallel state itself",
-    ("tests/gpu/test_contig_triton_gpu.py", "sglang", ("sglang_host", "tvm_ffi")):
-        "returns None (the GPU comparison with SGLang's JIT kernels then skips) when tvm-ffi is absent; note it "
-        "also hides a broken tests/gpu/sglang_host import: narrower would be importorskip('tvm_ffi')",
-    ("tests/test_smq_exp_kernel.py", "compile_exp", ("triton.backends.compiler", "triton.compiler")):
-        "pytest.skip naming the ImportError: Triton releases without ASTSource/GPUTarget (triton itself is "
-        "importorskip'd at the top)",
-    ("tests/test_triton_specialisation.py", "specialise", ("triton.backends.compiler", "triton.compiler",
-                                                             "triton.runtime.jit")):
-        "pytest.skip naming the ImportError: Triton releases without the argument binder this test compares with",
+    (
+        "tests/fuzz_cases.py",
+        "<module>",
+        ("hypothesis",),
+    ): "hypothesis is optional (absent on the GPU image): HAVE_HYPOTHESIS records it, the fuzz tests skip on it",
+    (
+        "tests/gpu/mega_sm90_common.py",
+        "env_ok",
+        ("deep_gemm",),
+    ): "returns the import error's text as the reason the SM90 GPU tests skip; deep_gemm is GPU-only",
+    (
+        "tests/gpu/sglang_host.py",
+        "sglang_jit",
+        ("tvm_ffi",),
+    ): "returns 'tvm-ffi is not importable' as the reason the GPU host-kernel tests skip; tvm_ffi is optional",
+    (
+        "tests/gpu/test_mega_deepgemm_sm90.py",
+        "_install_parallel_state",
+        ("sglang.srt.runtime_context",),
+    ): "SGLang's absence is the branch: without it the test installs the one-rank parallel state itself",
+    (
+        "tests/gpu/test_contig_triton_gpu.py",
+        "sglang",
+        ("sglang_host", "tvm_ffi"),
+    ): "returns None (the GPU comparison with SGLang's JIT kernels then skips) when tvm-ffi is absent; note it "
+    "also hides a broken tests/gpu/sglang_host import: narrower would be importorskip('tvm_ffi')",
+    (
+        "tests/test_smq_exp_kernel.py",
+        "compile_exp",
+        ("triton.backends.compiler", "triton.compiler"),
+    ): "pytest.skip naming the ImportError: Triton releases without ASTSource/GPUTarget (triton itself is "
+    "importorskip'd at the top)",
+    (
+        "tests/test_triton_specialisation.py",
+        "specialise",
+        ("triton.backends.compiler", "triton.compiler", "triton.runtime.jit"),
+    ): "pytest.skip naming the ImportError: Triton releases without the argument binder this test compares with",
 }
 
 
@@ -114,7 +134,11 @@ def swallowed_imports(source: str, path: str, strings: bool = True) -> list[Hit]
 
     def visit(node: ast.AST, scope: list[str]) -> None:
         for child in ast.iter_child_nodes(node):
-            inner = scope + [child.name] if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else scope
+            inner = (
+                scope + [child.name]
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                else scope
+            )
             guarded: list[ast.stmt] | None = None
             if isinstance(child, (ast.Try, getattr(ast, "TryStar", ast.Try))):
                 if any(_names(h.type) & SWALLOWING and not _reraises(h) for h in child.handlers):
@@ -129,7 +153,9 @@ def swallowed_imports(source: str, path: str, strings: bool = True) -> list[Hit]
             if embedded is not None:  # code a test runs in a subprocess (``python -c``): checked as well
                 for h in swallowed_imports(embedded, path, strings=False):
                     inside = [] if h.scope == "<module>" else [h.scope]
-                    hits.append(dataclasses.replace(h, scope=".".join([*scope, "<string>", *inside]), line=child.lineno))
+                    hits.append(
+                        dataclasses.replace(h, scope=".".join([*scope, "<string>", *inside]), line=child.lineno)
+                    )
             visit(child, inner)
 
     visit(ast.parse(source, filename=path), [])
@@ -170,8 +196,10 @@ def hits_in(files: list[Path]) -> list[Hit]:
 def check(hits: list[Hit]) -> None:
     """AssertionError naming every hit not in :data:`ALLOWED`, and every entry of it that matches nothing."""
     unexplained = [h for h in hits if h.key not in ALLOWED]
-    assert not unexplained, "imports whose failure is swallowed (use pytest.importorskip, re-raise, or list in " \
-                            f"ALLOWED with a reason): {unexplained}"
+    assert not unexplained, (
+        "imports whose failure is swallowed (use pytest.importorskip, re-raise, or list in "
+        f"ALLOWED with a reason): {unexplained}"
+    )
     stale = set(ALLOWED) - {h.key for h in hits}
     assert not stale, f"ALLOWED entries that match nothing: {sorted(stale)}"
 
@@ -189,24 +217,38 @@ def test_the_walk_sees_the_example_plugins_tests() -> None:
 
 FLAGGED: dict[str, tuple[str, tuple[str, ...]]] = {
     "bare": ("try:\n    import sglang\nexcept:\n    pass\n", ("sglang",)),
-    "exception": ("def f():\n    try:\n        import deep_gemm\n    except Exception:\n        return None\n",
-                  ("deep_gemm",)),
-    "module-not-found": ("try:\n    import a.b as c\nexcept ModuleNotFoundError as e:\n    if 'x' in str(e):\n"
-                         "        raise\n", ("a.b",)),
-    "import-error-tuple": ("try:\n    from pkg import thing\nexcept (ValueError, ImportError):\n    thing = None\n",
-                           ("pkg",)),
-    "import-module": ("import importlib\nfor n in ('x',):\n    try:\n        importlib.import_module('p.' + n)\n"
-                      "    except ImportError:\n        continue\n", ("<dynamic>",)),
+    "exception": (
+        "def f():\n    try:\n        import deep_gemm\n    except Exception:\n        return None\n",
+        ("deep_gemm",),
+    ),
+    "module-not-found": (
+        "try:\n    import a.b as c\nexcept ModuleNotFoundError as e:\n    if 'x' in str(e):\n        raise\n",
+        ("a.b",),
+    ),
+    "import-error-tuple": (
+        "try:\n    from pkg import thing\nexcept (ValueError, ImportError):\n    thing = None\n",
+        ("pkg",),
+    ),
+    "import-module": (
+        "import importlib\nfor n in ('x',):\n    try:\n        importlib.import_module('p.' + n)\n"
+        "    except ImportError:\n        continue\n",
+        ("<dynamic>",),
+    ),
     "dunder-import": ("try:\n    __import__('x')\nexcept BaseException:\n    pass\n", ("x",)),
-    "in-class": ("class T:\n    def test(self):\n        try:\n            import x\n        except Exception:\n"
-                 "            pass\n", ("x",)),
+    "in-class": (
+        "class T:\n    def test(self):\n        try:\n            import x\n        except Exception:\n"
+        "            pass\n",
+        ("x",),
+    ),
     "nested-block": ("try:\n    if True:\n        import x\nexcept ImportError:\n    x = None\n", ("x",)),
     # what tests/test_import_hygiene.py ran in a subprocess until issue 32: a swallow inside a string
-    "embedded": ("import subprocess, sys, textwrap\ncode = textwrap.dedent(\n    \"\"\"\n    import importlib\n"
-                 "    for name in ('triton',):\n        try:\n            importlib.import_module('p.' + name)\n"
-                 "        except ModuleNotFoundError as exc:\n            if 'p' not in str(exc):\n"
-                 "                raise\n    \"\"\"\n)\nsubprocess.run([sys.executable, '-c', code])\n",
-                 ("<dynamic>",)),
+    "embedded": (
+        'import subprocess, sys, textwrap\ncode = textwrap.dedent(\n    """\n    import importlib\n'
+        "    for name in ('triton',):\n        try:\n            importlib.import_module('p.' + name)\n"
+        "        except ModuleNotFoundError as exc:\n            if 'p' not in str(exc):\n"
+        '                raise\n    """\n)\nsubprocess.run([sys.executable, \'-c\', code])\n',
+        ("<dynamic>",),
+    ),
     "suppress": ("import contextlib\nwith contextlib.suppress(ImportError):\n    import x\n", ("x",)),
 }
 

@@ -1,6 +1,6 @@
 """Write the mutation run's Markdown report from its JSON (run_mutants.py) and :data:`HANDLED`.
 
-    python benchmarks/mutation/report.py benchmarks/mutation/results-2026-12-03.json > benchmarks/mutation/results-2026-12-03.md
+python benchmarks/mutation/report.py benchmarks/mutation/results-2026-12-03.json > benchmarks/mutation/results-2026-12-03.md
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ HANDLED: dict[str, str] = {
     "config-options-type": "kill: `test_malformed_values_are_config_errors_naming_the_key`",
     "config-string-list-empty": "kill: `test_malformed_values_are_config_errors_naming_the_key`",
     "config-masked-check": "kill: `test_malformed_values_are_config_errors_naming_the_key`, "
-                           "`test_masked_layout_from_the_environment_is_checked`",
+    "`test_masked_layout_from_the_environment_is_checked`",
     "config-allow-env": "kill: `test_allow_from_the_environment_replaces_the_files_list`",
     "decide-collective-raise": "kill: `test_a_raising_supports_is_reraised_for_a_collective_op`",
     "decide-rule-order": "kill: `test_priority_rules_reorder_and_show_the_ruled_priority`",
@@ -37,27 +37,27 @@ HANDLED: dict[str, str] = {
     "disp-capturing": "kill: `test_run_failures_that_must_not_fall_back_raise[capturing]`",
     "disp-written": "kill: `test_run_failures_that_must_not_fall_back_raise[written]`",
     "disp-failed-dup": "harmless: reached only when two threads fail on one key at once; the later reason "
-                       "replaces the earlier and the key is decided again, with the same outcome",
+    "replaces the earlier and the key is decided again, with the same outcome",
     "bound-marked": "harmless: equivalent mutant (with nothing marked, every later path returns the empty tuple)",
     "bound-undeclared": "harmless: equivalent mutant (set(None) raises TypeError, caught: the same 'marked' result)",
     "bound-filter": "kill: `test_inputs_maybe_written_keeps_only_the_declared_writes`",
     "reg-priority": "kill: `test_a_user_priority_is_named_in_the_status`",
     "reg-strict2": "kill: `test_strict_refuses_an_entry_point_that_cannot_be_loaded` (test_startup_safety also "
-                   "covers it, but was left out of the registry set: see mutants.py)",
+    "covers it, but was left out of the registry set: see mutants.py)",
     "reg-name-re": "kill: `test_plugin_attributes_are_validated[Bad Name!-1-...]`",
     "reg-prio-int": "kill: `test_plugin_attributes_are_validated[fine-True-...]`",
     "plan-max": "kill: `test_the_plan_cap_holds_a_large_models_layers`",
     "mega-hit-experts": "harmless: the plan key holds id(experts), and a freed experts object's plans leave the "
-                        "cache by its weak-reference callback before its id can be reused: the identity check is a "
-                        "second guard",
+    "cache by its weak-reference callback before its id can be reused: the identity check is a "
+    "second guard",
     "mega-hit-tokens": "kill: `test_a_planned_layer_still_refuses_a_batch_past_the_token_cap`",
     "mega-hit-weights": "kill: `test_a_weight_replaced_in_place_is_planned_again`",
     "mega-rsf-key": "kill: `test_a_new_routed_scaling_factor_is_a_new_plan`",
     "mega-y-rows": "not killed here: a plugin's short y on a later call is tested through SGLang's hooked "
-                   "function by tests/test_fault_paths.py::test_mega_too_few_rows_on_a_later_call_is_an_error_under_strict, outside this run's plan subset",
+    "function by tests/test_fault_paths.py::test_mega_too_few_rows_on_a_later_call_is_an_error_under_strict, outside this run's plan subset",
     "reg-outrank": "not killed here: the outranking notice (a WARNING and doctor's line) is tested by "
-                   "tests/test_startup_safety.py::test_a_third_party_plugin_outranking_the_builtins_is_named_once, "
-                   "left out of this run's registry set (its entry points did not match the HEAD copy)",
+    "tests/test_startup_safety.py::test_a_third_party_plugin_outranking_the_builtins_is_named_once, "
+    "left out of this run's registry set (its entry points did not match the HEAD copy)",
 }
 
 
@@ -108,13 +108,19 @@ def render(data: dict) -> str:
             if r.get("earlier"):
                 note += f"; re-run against {r['group']}: **{r['status']}**"
         change = f"`{r['before'][:70]}` -> `{r['after'][:70]}`".replace("|", "\\|")
-        lines.append(f"| {r['id']} | {r['file'].removeprefix('sglang_moe_plugins/')}:{r['line']} | {change} "
-                     f"({r['note']}) | {outcome} | {note} |")
+        lines.append(
+            f"| {r['id']} | {r['file'].removeprefix('sglang_moe_plugins/')}:{r['line']} | {change} "
+            f"({r['note']}) | {outcome} | {note} |"
+        )
     missing = [m for m in MUTANTS if m.id not in {r["id"] for r in rows}]
     if missing:
-        lines += ["", f"Not run ({len(missing)} of the {len(MUTANTS)} listed; their groups import SGLang and run its "
-                  "tests through subprocesses, more than this session's time on two shared cores allowed): "
-                  + ", ".join(f"`{m.id}`" for m in missing) + "."]
+        lines += [
+            "",
+            f"Not run ({len(missing)} of the {len(MUTANTS)} listed; their groups import SGLang and run its "
+            "tests through subprocesses, more than this session's time on two shared cores allowed): "
+            + ", ".join(f"`{m.id}`" for m in missing)
+            + ".",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -109,7 +109,8 @@ def main() -> int:
 
     spec = importlib.util.find_spec("sglang_moe_plugins")
     assert spec is not None and Path(spec.origin).resolve().is_relative_to(copy), (
-        f"the package imports from {spec and spec.origin}, not from {copy}: set PYTHONPATH={copy}")
+        f"the package imports from {spec and spec.origin}, not from {copy}: set PYTHONPATH={copy}"
+    )
     import torch  # noqa: F401 - imported once, shared by every forked child
 
     mutants = [m for m in MUTANTS if args.only is None or m.id in args.only]
@@ -132,8 +133,9 @@ def main() -> int:
         original = path.read_text()
         mutated, number, before, after = apply(original, mutant)
         if not baseline_ok.get(group.name, True):
-            results.append(Result(mutant.id, mutant.file, number, before, after, mutant.note, "baseline-failed", 0, "",
-                                  group.name))
+            results.append(
+                Result(mutant.id, mutant.file, number, before, after, mutant.note, "baseline-failed", 0, "", group.name)
+            )
             continue
         try:
             path.write_text(mutated)
@@ -142,10 +144,29 @@ def main() -> int:
             path.write_text(original)
         state = {"failed": "killed", "passed": "survived", "timeout": "timeout"}[status]
         tail = [ln for ln in log.read_text().splitlines() if ln.startswith(("FAILED", "ERROR"))][:1]
-        earlier = next((f"{r['status']} ({r.get('group') or mutant.group})" for r in previous["mutants"]
-                        if r["id"] == mutant.id and (r.get("group") or mutant.group) != group.name), "")
-        results.append(Result(mutant.id, mutant.file, number, before, after, mutant.note, state, round(seconds, 1),
-                              tail[0][:300] if tail else "", group.name, earlier))
+        earlier = next(
+            (
+                f"{r['status']} ({r.get('group') or mutant.group})"
+                for r in previous["mutants"]
+                if r["id"] == mutant.id and (r.get("group") or mutant.group) != group.name
+            ),
+            "",
+        )
+        results.append(
+            Result(
+                mutant.id,
+                mutant.file,
+                number,
+                before,
+                after,
+                mutant.note,
+                state,
+                round(seconds, 1),
+                tail[0][:300] if tail else "",
+                group.name,
+                earlier,
+            )
+        )
         print(f"{mutant.id:28s} {state:9s} {seconds:6.1f}s  {mutant.file}:{number}  {mutant.note}", flush=True)
         done = {x.id for x in results}
         keep = [r for r in previous["mutants"] if r["id"] not in done]

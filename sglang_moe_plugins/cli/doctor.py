@@ -22,13 +22,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Exit status: 1 when it lists a problem (among them: the configuration cannot be loaded, or under "
         "strict the plugin registry cannot be built, so every hooked call would raise; a plugin that cannot "
-        "load; an op no enabled plugin can run here); 0 otherwise. Warnings do not change it.")
+        "load; an op no enabled plugin can run here); 0 otherwise. Warnings do not change it."
+    )
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--no-hooks", action="store_true", help="skip importing SGLang to check the hook targets (fast)")
-    parser.add_argument("--strict-exit", action="store_true",
-                        help="accepted for compatibility: doctor always exits 1 when it lists a problem")
-    parser.add_argument("--no-self-check", action="store_true",
-                        help="skip running each available silu_mul_quant plugin once on a small probe call")
+    parser.add_argument(
+        "--no-hooks", action="store_true", help="skip importing SGLang to check the hook targets (fast)"
+    )
+    parser.add_argument(
+        "--strict-exit",
+        action="store_true",
+        help="accepted for compatibility: doctor always exits 1 when it lists a problem",
+    )
+    parser.add_argument(
+        "--no-self-check",
+        action="store_true",
+        help="skip running each available silu_mul_quant plugin once on a small probe call",
+    )
     parser.set_defaults(func=cmd_doctor)
 
 
@@ -88,7 +97,9 @@ def _self_check(registry: Any) -> tuple[list[dict[str, str]], list[str]]:
             returned = record.plugin.run(smq.SiluMulQuantInputs(gateup.clone(), masked), outputs, shape, config)
             smq.validate_outputs(outputs if returned is None else returned, shape, config, name)
         except Exception as exc:  # noqa: BLE001
-            note(name, "error", f"run() on the probe call ({shape.describe()}) failed: {type(exc).__name__}: {exc}", True)
+            note(
+                name, "error", f"run() on the probe call ({shape.describe()}) failed: {type(exc).__name__}: {exc}", True
+            )
             continue
         note(name, "ok", f"supports and runs the probe call ({shape.describe()}) on {here}")
     return rows, problems
@@ -111,9 +122,11 @@ def _masked_layout_text(config: Any) -> str:
         for (e, d, g, c), v in table.items()
         if v["masked_faster"]
     )
-    return ("'measured': SGLang 0.5.20+'s activation guard is lifted where a plugin serves the masked call and the masked "
-            f"layout measured faster: {', '.join(faster) if faster else 'no config measured faster, so none'} "
-            "(SGLANG_MOE_PLUGINS_MASKED_LAYOUT=sglang gives the decision back)")
+    return (
+        "'measured': SGLang 0.5.20+'s activation guard is lifted where a plugin serves the masked call and the masked "
+        f"layout measured faster: {', '.join(faster) if faster else 'no config measured faster, so none'} "
+        "(SGLANG_MOE_PLUGINS_MASKED_LAYOUT=sglang gives the decision back)"
+    )
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -125,9 +138,14 @@ def _doctor(args: argparse.Namespace) -> int:
 
     report: dict[str, Any] = {
         "versions": {
-            "python": _py_platform.python_version(), "sglang-moe-plugins": __version__, "plugin contract": CONTRACT_VERSION,
-            "torch": torch.__version__, "torch cuda": str(torch.version.cuda), "sglang": _version_of("sglang"),
-            "sgl-deep-gemm": _version_of("sgl-deep-gemm"), "triton": _version_of("triton"),
+            "python": _py_platform.python_version(),
+            "sglang-moe-plugins": __version__,
+            "plugin contract": CONTRACT_VERSION,
+            "torch": torch.__version__,
+            "torch cuda": str(torch.version.cuda),
+            "sglang": _version_of("sglang"),
+            "sgl-deep-gemm": _version_of("sgl-deep-gemm"),
+            "triton": _version_of("triton"),
         },
         "imported from": os.path.dirname(os.path.abspath(sglang_moe_plugins.__file__)),
         "platform": str(local_platform()),
@@ -138,10 +156,15 @@ def _doctor(args: argparse.Namespace) -> int:
     warnings: list[str] = []
     if registry is not None:
         config = registry.config
-        report["config"] = {"file": config.source, "strict": config.strict, "masked_layout": _masked_layout_text(config),
-                            "notes": list(config.notes),
-                            "force": dict(config.force), "allow": None if config.allow is None else sorted(config.allow),
-                            "priority_rules": [r.describe() for r in config.priority_rules]}
+        report["config"] = {
+            "file": config.source,
+            "strict": config.strict,
+            "masked_layout": _masked_layout_text(config),
+            "notes": list(config.notes),
+            "force": dict(config.force),
+            "allow": None if config.allow is None else sorted(config.allow),
+            "priority_rules": [r.describe() for r in config.priority_rules],
+        }
         forced = {name for name in config.force.values()}
         report["plugins"] = {r.name: r.status + (" [force]" if r.name in forced else "") for r in registry.records()}
         report["distributions"] = {r.name: r.dist_label for r in registry.records()}
@@ -186,8 +209,14 @@ def _doctor(args: argparse.Namespace) -> int:
     lines = ["versions:"] + [f"  {k}: {v}" for k, v in report["versions"].items()]
     lines += [f"imported from: {report['imported from']}", f"platform: {report['platform']}"]
     if "config" in report:
-        allow_text = "unset (every installed plugin may load)" if config.allow is None else (", ".join(sorted(config.allow)) or "none")
-        lines.append(f"config: file={report['config']['file'] or '(none; defaults)'} strict={report['config']['strict']}")
+        allow_text = (
+            "unset (every installed plugin may load)"
+            if config.allow is None
+            else (", ".join(sorted(config.allow)) or "none")
+        )
+        lines.append(
+            f"config: file={report['config']['file'] or '(none; defaults)'} strict={report['config']['strict']}"
+        )
         lines.append(f"  allow (third-party plugins): {allow_text}")
         lines.append(f"  masked layout: {report['config']['masked_layout']}")
         lines += [f"  note: {n}" for n in report["config"]["notes"]]

@@ -17,8 +17,15 @@ from ..hardware import Platform, local_platform
 from ..ops import OPS
 from ..core.registry import Registry
 
-__all__ = ["RegistryReport", "load_registry", "platform_findings", "stock_lines", "quiet_host_import", "PURE_TORCH",
-           "forced_here_warnings"]
+__all__ = [
+    "RegistryReport",
+    "load_registry",
+    "platform_findings",
+    "stock_lines",
+    "quiet_host_import",
+    "PURE_TORCH",
+    "forced_here_warnings",
+]
 
 #: Plugins that are pure torch with a host sync per call: correct anywhere, slow on a GPU.
 PURE_TORCH = ("reference", "mega_reference")
@@ -100,11 +107,15 @@ def platform_findings(registry: Registry, here: Platform) -> tuple[list[str], li
         runnable = [r for r, ok, _ in verdicts if ok]
         if not runnable:
             why = "; ".join(f"{r.name}: {reason}" for r, _, reason in verdicts) or "no plugin of it is enabled"
-            problems.append(f"op {op}: no enabled plugin can run on this machine ({here}) ({why}); every hooked call "
-                            f"of it raises NoPluginAvailableError (enable one, or list the op in 'stock')")
+            problems.append(
+                f"op {op}: no enabled plugin can run on this machine ({here}) ({why}); every hooked call "
+                f"of it raises NoPluginAvailableError (enable one, or list the op in 'stock')"
+            )
         elif here.is_cuda and runnable[0].name in PURE_TORCH:
-            notes.append(f"op {op}: {runnable[0].name} would be chosen first on this CUDA machine ({here}): pure torch, "
-                         f"with a host sync per call (slow); no faster enabled plugin is available here")
+            notes.append(
+                f"op {op}: {runnable[0].name} would be chosen first on this CUDA machine ({here}): pure torch, "
+                f"with a host sync per call (slow); no faster enabled plugin is available here"
+            )
     return problems, notes
 
 
@@ -121,7 +132,9 @@ def forced_here_warnings(registry: Any) -> list[str]:
             out.append(f"force.{op} = {name!r}: available() raised {type(exc).__name__}: {exc}")
             continue
         if avail is not None and not avail:
-            out.append(f"force.{op} = {name!r} is not available on this machine ({here}): {avail.reason}; every {op} call here raises")
+            out.append(
+                f"force.{op} = {name!r} is not available on this machine ({here}): {avail.reason}; every {op} call here raises"
+            )
     return out
 
 

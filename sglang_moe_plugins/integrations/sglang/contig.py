@@ -67,7 +67,9 @@ class _Context(NamedTuple):
 
 
 @functools.cache
-def _accessors(host: ContigHost) -> tuple[tuple[Callable[[Any], Any], ...], Callable[[Any], Any], Callable[[Any, Any], None]]:
+def _accessors(
+    host: ContigHost,
+) -> tuple[tuple[Callable[[Any], Any], ...], Callable[[Any], Any], Callable[[Any, Any], None]]:
     """``(fused_when getters, redirect getter, redirect setter)`` of a release's record, made once."""
     *path, name = host.redirect.split(".")
     owner = operator.attrgetter(".".join(path)) if path else (lambda runner: runner)
@@ -110,14 +112,25 @@ def _bind(step: ContigStep, device: Any) -> BoundOp:
     # An empty tensor of the step's width on the call's device: describe() reads its metadata only.
     probe = torch.empty((0, 2 * step.hidden), dtype=torch.bfloat16, device=device)
     shape, config = contig.describe(
-        probe, group_size=step.group_size, swiglu_limit=step.swiglu_limit, swizzle=step.swizzle,
-        scale_layout="ue8m0_packed" if step.ue8m0 else "row_major", keep_fp32=step.keep_fp32,
+        probe,
+        group_size=step.group_size,
+        swiglu_limit=step.swiglu_limit,
+        swizzle=step.swizzle,
+        scale_layout="ue8m0_packed" if step.ue8m0 else "row_major",
+        keep_fp32=step.keep_fp32,
     )
     return selector.bind(_OP, shape, config)
 
 
-def contig_runner_hook(original: Callable[..., Any], runner: Any, runner_input: Any, quant_info: Any,
-                       running_state: dict, *args: Any, **kwargs: Any) -> Any:
+def contig_runner_hook(
+    original: Callable[..., Any],
+    runner: Any,
+    runner_input: Any,
+    quant_info: Any,
+    running_state: dict,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
     """AROUND hook of ``DeepGemmRunnerCore._run_contiguous_gemm``: same arguments, same return value."""
     _contig_calls()
     call = (runner, runner_input, quant_info, running_state, *args)
@@ -127,8 +140,10 @@ def contig_runner_hook(original: Callable[..., Any], runner: Any, runner_input: 
     host = active_target(_OP).host
     step = runner_step(runner, quant_info, running_state, host, _scale_ue8m0())  # type: ignore[arg-type]
     if isinstance(step, str):
-        detail = {"activation": "an activation other than silu (situ: SGLang's own kernels)",
-                  "weights": "gate/up weights that are not [E, 2*D, K]"}[step]
+        detail = {
+            "activation": "an activation other than silu (situ: SGLang's own kernels)",
+            "weights": "gate/up weights that are not [E, 2*D, K]",
+        }[step]
         return delegate(_OP, step, detail, original, call, kwargs)
     key = (_OP, step, device)
     bound = api.current_selector().call_cache.get(key)
@@ -163,9 +178,15 @@ def contig_kernel_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) 
     except TypeError:
         return original(*args, **kwargs)
     step = context.step
-    matches = (group == step.group_size and bool(ue8m0) == step.ue8m0 and bool(transposed) == step.ue8m0
-               and limit == step.swiglu_limit and (step.redirected or bool(swizzle) == step.swizzle)
-               and getattr(gateup, "dim", lambda: 0)() == 2 and gateup.shape[1] == 2 * step.hidden)
+    matches = (
+        group == step.group_size
+        and bool(ue8m0) == step.ue8m0
+        and bool(transposed) == step.ue8m0
+        and limit == step.swiglu_limit
+        and (step.redirected or bool(swizzle) == step.swizzle)
+        and getattr(gateup, "dim", lambda: 0)() == 2
+        and gateup.shape[1] == 2 * step.hidden
+    )
     if not matches:
         if step.redirected:  # the method took the branch the hook sent it to, with arguments it did not expect
             from ...errors import MoEPluginsError
@@ -182,7 +203,15 @@ def contig_kernel_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) 
     return None
 
 
-def _kernel_arguments(input, output, output_scale, quant_group_size, scale_ue8m0=False, transposed=False,  # noqa: A002, ANN001
-                      swiglu_limit=None, swizzle=False) -> tuple:  # noqa: ANN001
+def _kernel_arguments(
+    input,
+    output,
+    output_scale,
+    quant_group_size,
+    scale_ue8m0=False,
+    transposed=False,  # noqa: A002, ANN001
+    swiglu_limit=None,
+    swizzle=False,
+) -> tuple:  # noqa: ANN001
     """The kernel wrapper's parameters (identical in 0.5.20-0.5.23), bound by the interpreter itself."""
     return input, output, output_scale, quant_group_size, scale_ue8m0, transposed, swiglu_limit, swizzle

@@ -81,11 +81,15 @@ def register() -> None:
     except (KeyboardInterrupt, GeneratorExit):
         raise
     except BaseException as exc:  # noqa: BLE001 - ConfigError, a strict registry, or anything else start-up raised
-        what = "invalid configuration: " if isinstance(exc, ConfigError) else (
-            "" if isinstance(exc, MoEPluginsError) else f"start-up failed with {type(exc).__name__}: ")
+        what = (
+            "invalid configuration: "
+            if isinstance(exc, ConfigError)
+            else ("" if isinstance(exc, MoEPluginsError) else f"start-up failed with {type(exc).__name__}: ")
+        )
         if config_error_policy() == "stock":
-            logger.error("sglang-moe-plugins is NOT active (on_config_error = stock): %s%s; SGLang runs its own code",
-                         what, exc)
+            logger.error(
+                "sglang-moe-plugins is NOT active (on_config_error = stock): %s%s; SGLang runs its own code", what, exc
+            )
             with _state_lock:
                 _registered = True
                 _stock = frozenset(OPS)
@@ -93,7 +97,10 @@ def register() -> None:
         logger.error(
             "sglang-moe-plugins: %s%s; failing closed: the hooks are installed and every hooked call raises this %s "
             "(fix the configuration, or set %s=stock to let SGLang run its own code)",
-            what, exc, type(exc).__name__, ON_CONFIG_ERROR_ENV,
+            what,
+            exc,
+            type(exc).__name__,
+            ON_CONFIG_ERROR_ENV,
         )
         failing = {op: _failing_hook(op, exc) for op in OPS}
         stock = frozenset(n.strip() for n in os.environ.get(STOCK_ENV, "").split(",") if n.strip())
@@ -115,16 +122,26 @@ def register() -> None:
                 logger.warning("sglang-moe-plugins: not hooking %s: %s", check.path, check.reason)
             continue
         if check.op in stock:
-            logger.warning("sglang-moe-plugins: not hooking %s: op %s is stock (SGLang's own function runs it)",
-                           check.path, check.op)
+            logger.warning(
+                "sglang-moe-plugins: not hooking %s: op %s is stock (SGLang's own function runs it)",
+                check.path,
+                check.op,
+            )
             continue
-        if failing is not None and target.hook.endswith((":contig_kernel_hook", ":masked_guard_hook", ":masked_policy_hook")):
+        if failing is not None and target.hook.endswith(
+            (":contig_kernel_hook", ":masked_guard_hook", ":masked_policy_hook")
+        ):
             continue  # failing closed: the op's main hook raises first; these stay SGLang's own functions
         try:
             hook = target.hook_function() if failing is None else failing[check.op]
         except Exception as exc:  # noqa: BLE001 - a hook that cannot be imported must never break start-up
-            logger.warning("sglang-moe-plugins: not hooking %s: its hook %s cannot be imported: %s: %s",
-                           check.path, target.hook, type(exc).__name__, exc)
+            logger.warning(
+                "sglang-moe-plugins: not hooking %s: its hook %s cannot be imported: %s: %s",
+                check.path,
+                target.hook,
+                type(exc).__name__,
+                exc,
+            )
             continue
         HookRegistry.register(check.path, hook, HookType.AROUND)
         hooked.append(target)
@@ -172,6 +189,9 @@ def delegate(op: str, kind: str, detail: str, original: Callable[..., Any], args
     """Hand an unmodelled call to SGLang's original function; counted, and logged once per ``kind``."""
     counter("delegations", op, kind).hit()
     if _delegations_logged.first(kind):
-        logger.info("sglang-moe-plugins: %s calls with %s are not modelled: handed to SGLang's original function "
-                    "(logged once)", op, detail)
+        logger.info(
+            "sglang-moe-plugins: %s calls with %s are not modelled: handed to SGLang's original function (logged once)",
+            op,
+            detail,
+        )
     return original(*args, **kwargs)

@@ -37,8 +37,15 @@ from typing import Any, Callable
 from ... import api
 from ...log import get_logger
 
-__all__ = ["LayoutKey", "LayoutDecision", "masked_guard_hook", "masked_policy_hook", "decide_layout", "measured_configs",
-           "PROBE_ROWS"]
+__all__ = [
+    "LayoutKey",
+    "LayoutDecision",
+    "masked_guard_hook",
+    "masked_policy_hook",
+    "decide_layout",
+    "measured_configs",
+    "PROBE_ROWS",
+]
 
 logger = get_logger(__name__)
 #: Padded rows per expert at which the masked call must be served (decode to prefill).
@@ -86,17 +93,23 @@ def measured_configs() -> dict[tuple[int, int, int, bool], dict[str, Any]]:
     return {(c["experts"], c["hidden"], c["group_size"], bool(c["clamped"])): c for c in data["configs"]}
 
 
-def decide_layout(key: LayoutKey, *, masked_layout: str, smq_hooked: bool, serving: Callable[[int], str | None]) -> LayoutDecision:
+def decide_layout(
+    key: LayoutKey, *, masked_layout: str, smq_hooked: bool, serving: Callable[[int], str | None]
+) -> LayoutDecision:
     """Whether the guard's refusal is lifted for ``key`` (pure, given ``serving(rows) -> plugin or None``)."""
     if masked_layout != "measured":
         return LayoutDecision(False, f"masked_layout = {masked_layout!r}: SGLang's guard decides")
     if not smq_hooked:
-        return LayoutDecision(False, "op silu_mul_quant is not hooked here (stock): SGLang's masked kernel would assert")
+        return LayoutDecision(
+            False, "op silu_mul_quant is not hooked here (stock): SGLang's masked kernel would assert"
+        )
     measured = measured_configs().get((key.experts, key.hidden, key.group_size, key.swiglu_limit is not None))
     if measured is None:
         return LayoutDecision(False, f"{key.describe()} was not measured (data/masked_layout.json)")
     if not measured.get("masked_faster"):
-        return LayoutDecision(False, f"{key.describe()}: the compact layout measured faster ({measured.get('summary', '')})")
+        return LayoutDecision(
+            False, f"{key.describe()}: the compact layout measured faster ({measured.get('summary', '')})"
+        )
     plugins = set()
     for rows in PROBE_ROWS:
         plugin = serving(rows)
@@ -104,8 +117,13 @@ def decide_layout(key: LayoutKey, *, masked_layout: str, smq_hooked: bool, servi
             return LayoutDecision(False, f"no plugin but the reference serves the masked call at N={rows}")
         plugins.add(plugin)
     low, high = int(measured["tokens_min"]), int(measured["tokens_max"])
-    return LayoutDecision(True, f"{key.describe()}: masked measured faster ({measured.get('summary', '')}); "
-                                f"served by {', '.join(sorted(plugins))}", low, high)
+    return LayoutDecision(
+        True,
+        f"{key.describe()}: masked measured faster ({measured.get('summary', '')}); "
+        f"served by {', '.join(sorted(plugins))}",
+        low,
+        high,
+    )
 
 
 def _key(runner_config: Any, quant_info: Any, swizzle: bool) -> LayoutKey | None:
@@ -114,8 +132,14 @@ def _key(runner_config: Any, quant_info: Any, swizzle: bool) -> LayoutKey | None
     if experts is None or hidden is None:
         return None
     block = getattr(quant_info, "block_shape", None)
-    return LayoutKey(int(experts), int(hidden), int(block[1]) if block else 128, runner_config.swiglu_limit, swizzle,
-                     int(getattr(runner_config, "top_k", None) or 1))
+    return LayoutKey(
+        int(experts),
+        int(hidden),
+        int(block[1]) if block else 128,
+        runner_config.swiglu_limit,
+        swizzle,
+        int(getattr(runner_config, "top_k", None) or 1),
+    )
 
 
 def _serving(key: LayoutKey) -> Callable[[int], str | None]:
@@ -141,7 +165,9 @@ def _swizzle() -> bool:
     return bool(get_moe_a2a_backend().is_megamoe())
 
 
-def masked_guard_hook(original: Callable[..., Any], runner_config: Any, quant_info: Any, *args: Any, **kwargs: Any) -> Any:
+def masked_guard_hook(
+    original: Callable[..., Any], runner_config: Any, quant_info: Any, *args: Any, **kwargs: Any
+) -> Any:
     """AROUND hook of ``_masked_activation_unsupported_reason``: SGLang's reason, or None where lifted."""
     reason = original(runner_config, quant_info, *args, **kwargs)
     if reason is None:
@@ -158,19 +184,29 @@ def masked_guard_hook(original: Callable[..., Any], runner_config: Any, quant_in
     if decision is None:
         from .entry import hooked_ops
 
-        decision = decide_layout(key, masked_layout=selector.registry.config.masked_layout,
-                                 smq_hooked="silu_mul_quant" in hooked_ops(), serving=_serving(key))
+        decision = decide_layout(
+            key,
+            masked_layout=selector.registry.config.masked_layout,
+            smq_hooked="silu_mul_quant" in hooked_ops(),
+            serving=_serving(key),
+        )
         with _lock:
             if cache_key not in _decisions:
                 _decisions[cache_key] = decision
                 where = f"at {decision.tokens_min}-{decision.tokens_max} tokens" if decision.lift else "left to SGLang"
-                logger.info("sglang-moe-plugins: masked layout for %s: %s: %s (SGLang's guard: %s)",
-                            key.describe(), where, decision.reason, reason)
+                logger.info(
+                    "sglang-moe-plugins: masked layout for %s: %s: %s (SGLang's guard: %s)",
+                    key.describe(),
+                    where,
+                    decision.reason,
+                    reason,
+                )
     return None if decision.lifts(getattr(_local, "tokens", None)) else reason
 
 
-def masked_policy_hook(original: Callable[..., Any], runner_config: Any, quant_info: Any, hidden_states: Any,
-                       *args: Any, **kwargs: Any) -> Any:
+def masked_policy_hook(
+    original: Callable[..., Any], runner_config: Any, quant_info: Any, hidden_states: Any, *args: Any, **kwargs: Any
+) -> Any:
     """AROUND hook of ``_should_use_masked_standard_layout``: makes the batch's token count known to the guard's
     hook (which SGLang calls from inside it) for the call; SGLang's function decides, unchanged."""
     previous = getattr(_local, "tokens", None)

@@ -82,8 +82,15 @@ HOST_FUNCTION = "sglang.srt.layers.moe.mega_moe.run_mega_routed_experts"
 REQUIRED_KWARGS = frozenset({"hidden_size", "intermediate_size", "top_k", "num_tokens"})
 #: The keywords of the newest release (0.5.23); a release takes those of its table entry's parameters.
 KNOWN_KWARGS = REQUIRED_KWARGS | frozenset(
-    {"activation_clamp", "routed_scaling_factor", "activation", "num_shared_experts", "shared_l1_weights",
-     "shared_l2_weights", "routing_in_buffer"}
+    {
+        "activation_clamp",
+        "routed_scaling_factor",
+        "activation",
+        "num_shared_experts",
+        "shared_l1_weights",
+        "shared_l2_weights",
+        "routing_in_buffer",
+    }
 )
 #: What :func:`run` returns for a call it leaves to SGLang's function.
 DELEGATE: Any = object()
@@ -169,7 +176,9 @@ def _same_shared(shared: tuple, kwargs: dict[str, Any]) -> bool:
     return a is shared[0]() and b is shared[1]() and c is shared[2]() and d is shared[3]()
 
 
-def _unmodelled(experts: Any, kwargs: dict[str, Any], settings: _Settings, known: frozenset[str], variant: str | None) -> str | None:
+def _unmodelled(
+    experts: Any, kwargs: dict[str, Any], settings: _Settings, known: frozenset[str], variant: str | None
+) -> str | None:
     """Why the call is left to the host (logged once), or None when the op models it."""
     unknown = set(kwargs) - known
     if unknown:
@@ -189,8 +198,9 @@ def _unmodelled(experts: Any, kwargs: dict[str, Any], settings: _Settings, known
     return None
 
 
-def _plan_afresh(key: tuple | None, experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any,
-                 kwargs: dict[str, Any]) -> MegaPlan | None:
+def _plan_afresh(
+    key: tuple | None, experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwargs: dict[str, Any]
+) -> MegaPlan | None:
     """No plan fits: check whether the op models the call, validate everything (``describe``) and keep
     what the layer's calls share."""
     global _settings
@@ -202,8 +212,12 @@ def _plan_afresh(key: tuple | None, experts: Any, hidden_states: Any, topk_ids: 
     try:
         variant = variant_of(experts, host)
     except Exception as exc:  # noqa: BLE001 - the host's _mega_moe_mma_type failed: not a call the op models
-        _log_once(f"variant:{type(exc).__name__}", "warning",
-                  "sglang-moe-plugins: MegaMoE call left to SGLang: its MegaMoE variant cannot be read: %s", exc)
+        _log_once(
+            f"variant:{type(exc).__name__}",
+            "warning",
+            "sglang-moe-plugins: MegaMoE call left to SGLang: its MegaMoE variant cannot be read: %s",
+            exc,
+        )
         return None
     why = _unmodelled(experts, kwargs, settings, frozenset(target.parameters[4:]), variant)
     if why is not None:
@@ -218,16 +232,29 @@ def _plan_afresh(key: tuple | None, experts: Any, hidden_states: Any, topk_ids: 
     try:
         l1, l2 = experts.mega_l1_weights, experts.mega_l2_weights
         shape, config = mm.describe(
-            hidden_states, topk_ids, topk_weights, l1_weights=l1, l2_weights=l2,
-            variant=variant, num_experts=experts.num_experts,  # type: ignore[arg-type]
-            hidden_size=kwargs["hidden_size"], intermediate_size=kwargs["intermediate_size"], top_k=kwargs["top_k"],
-            activation_clamp=kwargs.get("activation_clamp"), routed_scaling_factor=1.0 if on_output else rsf,
-            activation=kwargs.get("activation", "swiglu"), num_shared_experts=kwargs.get("num_shared_experts", 0),
-            shared_l1_weights=s1, shared_l2_weights=s2,
-            ep_size=int(getattr(experts, "moe_ep_size", 1) or 1), max_tokens_per_rank=settings.max_tokens_per_rank,
+            hidden_states,
+            topk_ids,
+            topk_weights,
+            l1_weights=l1,
+            l2_weights=l2,
+            variant=variant,
+            num_experts=experts.num_experts,  # type: ignore[arg-type]
+            hidden_size=kwargs["hidden_size"],
+            intermediate_size=kwargs["intermediate_size"],
+            top_k=kwargs["top_k"],
+            activation_clamp=kwargs.get("activation_clamp"),
+            routed_scaling_factor=1.0 if on_output else rsf,
+            activation=kwargs.get("activation", "swiglu"),
+            num_shared_experts=kwargs.get("num_shared_experts", 0),
+            shared_l1_weights=s1,
+            shared_l2_weights=s2,
+            ep_size=int(getattr(experts, "moe_ep_size", 1) or 1),
+            max_tokens_per_rank=settings.max_tokens_per_rank,
         )
     except AttributeError as exc:
-        _log_once(f"attribute:{exc}", "warning", "sglang-moe-plugins: MegaMoE call left to SGLang: experts lack %s", exc)
+        _log_once(
+            f"attribute:{exc}", "warning", "sglang-moe-plugins: MegaMoE call left to SGLang: experts lack %s", exc
+        )
         return None
     plan = make_plan(shape, config, l1, l2, s1, s2, _ep_group(), hidden_states.device, float(rsf) if on_output else 1.0)
     return plan if key is None else remember(key, plan, experts)
@@ -245,8 +272,9 @@ def _result(plan: MegaPlan, outputs: mm.MegaMoEOutputs, num_tokens: int) -> torc
     return y
 
 
-def run(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwargs: dict[str, Any],
-        plan_only: bool = False) -> Any:
+def run(
+    experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwargs: dict[str, Any], plan_only: bool = False
+) -> Any:
     """The adapter's call: the host's return value for these arguments, or :data:`DELEGATE` (with
     ``plan_only``: the layer's plan, or None, without running it; :func:`plan_for`). Raises
     InvalidArgumentError for arguments the op rejects.
@@ -261,13 +289,26 @@ def run(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwar
     try:
         l1, l2 = experts.mega_l1_weights, experts.mega_l2_weights
         key = (
-            id(experts), id(l1), id(l2), tuple(kwargs), kwargs["hidden_size"], kwargs["intermediate_size"], kwargs["top_k"],
-            get("activation_clamp"), get("routed_scaling_factor", 1.0), get("activation", "swiglu"),
-            get("num_shared_experts", 0), id(get("shared_l1_weights")), id(get("shared_l2_weights")),
+            id(experts),
+            id(l1),
+            id(l2),
+            tuple(kwargs),
+            kwargs["hidden_size"],
+            kwargs["intermediate_size"],
+            kwargs["top_k"],
+            get("activation_clamp"),
+            get("routed_scaling_factor", 1.0),
+            get("activation", "swiglu"),
+            get("num_shared_experts", 0),
+            id(get("shared_l1_weights")),
+            id(get("shared_l2_weights")),
             get("routing_in_buffer", False),
-            getattr(experts, "_mega_moe_nvfp4", False), getattr(experts, "_mega_moe_weights_built", False),
-            hidden_states.dtype, hidden_states.device,
-            None if topk_ids is None else topk_ids.dtype, None if topk_weights is None else topk_weights.dtype,
+            getattr(experts, "_mega_moe_nvfp4", False),
+            getattr(experts, "_mega_moe_weights_built", False),
+            hidden_states.dtype,
+            hidden_states.device,
+            None if topk_ids is None else topk_ids.dtype,
+            None if topk_weights is None else topk_weights.dtype,
         )
         plan = PLANS.get(key)
     except (KeyError, AttributeError, TypeError):
@@ -283,15 +324,27 @@ def run(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwar
             pass
         else:
             hidden, top_k, cap = plan.dims
-            if (watch[0]() is experts and a is watch[1]() and b is watch[2]() and c is watch[3]() and d is watch[4]()
-                    and width == hidden and kwargs["num_tokens"] == tokens and tokens <= cap
-                    and (plan.shared is None or _same_shared(plan.shared, kwargs))):
+            if (
+                watch[0]() is experts
+                and a is watch[1]()
+                and b is watch[2]()
+                and c is watch[3]()
+                and d is watch[4]()
+                and width == hidden
+                and kwargs["num_tokens"] == tokens
+                and tokens <= cap
+                and (plan.shared is None or _same_shared(plan.shared, kwargs))
+            ):
                 if topk_ids is None or topk_weights is None:
                     hit = tokens == 0 and topk_ids is None and topk_weights is None
                 else:
-                    hit = (topk_ids.shape == (tokens, top_k) and topk_weights.shape == (tokens, top_k)
-                           and (not tokens or hidden_states.stride(1) == 1)
-                           and topk_ids.device == plan.device and topk_weights.device == plan.device)
+                    hit = (
+                        topk_ids.shape == (tokens, top_k)
+                        and topk_weights.shape == (tokens, top_k)
+                        and (not tokens or hidden_states.stride(1) == 1)
+                        and topk_ids.device == plan.device
+                        and topk_weights.device == plan.device
+                    )
     if not hit:
         plan = _plan_afresh(key, experts, hidden_states, topk_ids, topk_weights, kwargs)
         if plan is None or plan_only:
@@ -300,9 +353,16 @@ def run(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwar
     elif plan_only:
         return plan
     shared = plan.shared
-    inputs = mm.MegaMoEInputs(hidden_states, topk_ids, topk_weights, (a, b), (c, d),
-                              None if shared is None else (shared[0](), shared[1]()),
-                              None if shared is None else (shared[2](), shared[3]()), plan.ep_group)
+    inputs = mm.MegaMoEInputs(
+        hidden_states,
+        topk_ids,
+        topk_weights,
+        (a, b),
+        (c, d),
+        None if shared is None else (shared[0](), shared[1]()),
+        None if shared is None else (shared[2](), shared[3]()),
+        plan.ep_group,
+    )
     outputs = mm.MegaMoEOutputs(torch.empty((tokens or 1, plan.dims[0]), dtype=torch.bfloat16, device=plan.device))
     # The Selector keeps the bound op (a dict hit on a known key): nothing keyed by the plan is cached, so
     # plans that are dropped (freed layers, reloaded weights) leave nothing behind.
@@ -310,12 +370,16 @@ def run(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwar
     bound = selector.bind(_OP, plan.shape, plan.config)
     outputs = selector.call(bound, inputs, outputs)
     if outputs.y.shape[0] < (tokens or 1):  # a plugin's own y: this call's tokens are not in the shape key
-        raise OutputValidationError(f"plugin {bound.name!r} returned y.shape={tuple(outputs.y.shape)} for "
-                                    f"num_tokens={tokens}; the host requires [max(num_tokens, 1), {plan.dims[0]}]")
+        raise OutputValidationError(
+            f"plugin {bound.name!r} returned y.shape={tuple(outputs.y.shape)} for "
+            f"num_tokens={tokens}; the host requires [max(num_tokens, 1), {plan.dims[0]}]"
+        )
     return _result(plan, outputs, tokens)
 
 
-def plan_for(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwargs: dict[str, Any]) -> MegaPlan | None:
+def plan_for(
+    experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: Any, kwargs: dict[str, Any]
+) -> MegaPlan | None:
     """The layer's plan for a ``run_mega_routed_experts`` call (what :func:`run` runs), or None to run the
     original unchanged. Raises InvalidArgumentError for arguments the op rejects."""
     return run(experts, hidden_states, topk_ids, topk_weights, kwargs, plan_only=True)
@@ -368,7 +432,9 @@ class MegaCall:
     def allocate_outputs(self) -> mm.MegaMoEOutputs:
         """``y`` of ``max(num_tokens, 1)`` rows, as the host allocates it."""
         rows = max(self.inputs.hidden_states.shape[0], 1)
-        return mm.MegaMoEOutputs(torch.empty((rows, self.plan.shape.hidden), dtype=torch.bfloat16, device=self.plan.device))
+        return mm.MegaMoEOutputs(
+            torch.empty((rows, self.plan.shape.hidden), dtype=torch.bfloat16, device=self.plan.device)
+        )
 
     def result(self, outputs: mm.MegaMoEOutputs) -> torch.Tensor:
         """The host's return value: ``y[:num_tokens]``, times the release's output scale."""
@@ -381,6 +447,14 @@ def build_call(experts: Any, hidden_states: Any, topk_ids: Any, topk_weights: An
     plan = plan_for(experts, hidden_states, topk_ids, topk_weights, kwargs)
     if plan is None:
         return None
-    inputs = mm.MegaMoEInputs(hidden_states, topk_ids, topk_weights, plan.l1_weights, plan.l2_weights,
-                              plan.shared_l1_weights, plan.shared_l2_weights, plan.ep_group)
+    inputs = mm.MegaMoEInputs(
+        hidden_states,
+        topk_ids,
+        topk_weights,
+        plan.l1_weights,
+        plan.l2_weights,
+        plan.shared_l1_weights,
+        plan.shared_l2_weights,
+        plan.ep_group,
+    )
     return MegaCall(inputs, plan)

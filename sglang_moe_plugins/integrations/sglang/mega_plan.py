@@ -83,14 +83,31 @@ def _dead() -> Any:
     return weakref.ref(_Unreferenced())
 
 
-def make_plan(shape: mm.MegaMoEShape, config: mm.MegaMoEConfig, l1: Any, l2: Any, shared_l1: Any, shared_l2: Any,
-              ep_group: Any, device: torch.device, output_scale: float) -> MegaPlan:
+def make_plan(
+    shape: mm.MegaMoEShape,
+    config: mm.MegaMoEConfig,
+    l1: Any,
+    l2: Any,
+    shared_l1: Any,
+    shared_l2: Any,
+    ep_group: Any,
+    device: torch.device,
+    output_scale: float,
+) -> MegaPlan:
     """A plan not yet tied to an experts object. ``l1`` .. ``shared_l2``: the validated weight pairs.
     TypeError when a tensor cannot be weakly referenced."""
     ref = weakref.ref
     shared = None if shared_l1 is None else (ref(shared_l1[0]), ref(shared_l1[1]), ref(shared_l2[0]), ref(shared_l2[1]))
-    return MegaPlan(shape, config, ep_group, device, output_scale, (shape.hidden, shape.top_k, shape.max_tokens_per_rank),
-                    (_dead(), ref(l1[0]), ref(l1[1]), ref(l2[0]), ref(l2[1])), shared)
+    return MegaPlan(
+        shape,
+        config,
+        ep_group,
+        device,
+        output_scale,
+        (shape.hidden, shape.top_k, shape.max_tokens_per_rank),
+        (_dead(), ref(l1[0]), ref(l1[1]), ref(l2[0]), ref(l2[1])),
+        shared,
+    )
 
 
 def _forget(key: tuple, ref: Any) -> None:
@@ -109,8 +126,9 @@ def remember(key: tuple, plan: MegaPlan, experts: Any) -> MegaPlan:
     except TypeError:
         name = type(experts).__qualname__
         if _logged.first(("weakref-experts", name)):
-            logger.info("sglang-moe-plugins: %s objects cannot be weakly referenced; their MegaMoE plans are not cached",
-                        name)
+            logger.info(
+                "sglang-moe-plugins: %s objects cannot be weakly referenced; their MegaMoE plans are not cached", name
+            )
         return plan
     plan = dataclasses.replace(plan, watch=(ref, *plan.watch[1:]))
     with _lock:
@@ -119,8 +137,9 @@ def remember(key: tuple, plan: MegaPlan, experts: Any) -> MegaPlan:
             PLANS.clear()
         PLANS[key] = plan
     if full and _logged.first("plans-full"):
-        logger.warning("sglang-moe-plugins: more than %d MegaMoE layer plans; cache cleared (ever-changing arguments?)",
-                       MAX_PLANS)
+        logger.warning(
+            "sglang-moe-plugins: more than %d MegaMoE layer plans; cache cleared (ever-changing arguments?)", MAX_PLANS
+        )
     return plan
 
 

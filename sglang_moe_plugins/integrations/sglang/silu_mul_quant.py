@@ -41,12 +41,32 @@ def release_scale_layout(host: SmqHost, arguments: dict[str, Any], ue8m0: bool) 
     return host_scale_layout(host.dsv4_branch(arguments), ue8m0)
 
 
-def _smq_arguments(gateup_output, masked_m, group_size, topk, swiglu_limit=None, swizzle=False, gemm1_alpha=None,
-                   gemm1_clamp_limit=None, num_real_tokens=None, silu_mul_keep_fp32=False):  # noqa: ANN001, ANN202
+def _smq_arguments(
+    gateup_output,
+    masked_m,
+    group_size,
+    topk,
+    swiglu_limit=None,
+    swizzle=False,
+    gemm1_alpha=None,
+    gemm1_clamp_limit=None,
+    num_real_tokens=None,
+    silu_mul_keep_fp32=False,
+):  # noqa: ANN001, ANN202
     """The host function's parameters (SGLang 0.5.23; 0.5.16-0.5.20 lack the last one, and never pass it),
     bound by the interpreter itself: positional or keyword, with the host's defaults."""
-    return (gateup_output, masked_m, group_size, topk, swiglu_limit, swizzle, gemm1_alpha, gemm1_clamp_limit,
-            num_real_tokens, silu_mul_keep_fp32)
+    return (
+        gateup_output,
+        masked_m,
+        group_size,
+        topk,
+        swiglu_limit,
+        swizzle,
+        gemm1_alpha,
+        gemm1_clamp_limit,
+        num_real_tokens,
+        silu_mul_keep_fp32,
+    )
 
 
 _host_ue8m0: bool | None = None
@@ -82,16 +102,36 @@ def silu_mul_quant_hook(original: Callable[..., Any], *args: Any, **kwargs: Any)
     except TypeError:  # not a valid call of the host function: let the host say so
         return original(*args, **kwargs)
     if alpha is not None or clamp is not None:
-        return delegate(smq.OP, "gemm1_alpha", "gemm1_alpha / gemm1_clamp_limit (the gpt-oss activation)", original, args, kwargs)
+        return delegate(
+            smq.OP, "gemm1_alpha", "gemm1_alpha / gemm1_clamp_limit (the gpt-oss activation)", original, args, kwargs
+        )
     if m is None:
         return delegate(smq.OP, "masked_m=None", "masked_m=None", original, args, kwargs)
     ue8m0 = _host_ue8m0 if _host_ue8m0 is not None else _scale_ue8m0()
     selector = api.current_selector()
     try:
         # Everything describe() checks that does not read tensor data; types too (True == 1 == 1.0).
-        key = (g.shape, g.dtype, g.device, g.is_contiguous(), m.shape, m.dtype, m.device, m.is_contiguous(),
-               group_size, group_size.__class__, topk, topk.__class__, limit, limit.__class__, swizzle,
-               swizzle.__class__, keep, keep.__class__, ue8m0)
+        key = (
+            g.shape,
+            g.dtype,
+            g.device,
+            g.is_contiguous(),
+            m.shape,
+            m.dtype,
+            m.device,
+            m.is_contiguous(),
+            group_size,
+            group_size.__class__,
+            topk,
+            topk.__class__,
+            limit,
+            limit.__class__,
+            swizzle,
+            swizzle.__class__,
+            keep,
+            keep.__class__,
+            ue8m0,
+        )
         bound = selector.call_cache.get(key)
     except (AttributeError, TypeError):  # not tensors, or unhashable arguments: describe() says what is wrong
         key = bound = None
@@ -102,10 +142,13 @@ def silu_mul_quant_hook(original: Callable[..., Any], *args: Any, **kwargs: Any)
     # for invalid arguments and NoPluginAvailableError when no plugin can run the call.
     # The layout the host itself returns on this call's branch, per release (versions.SmqHost).
     layout = release_scale_layout(
-        active_target(smq.OP).host, {"swiglu_limit": limit, "swizzle": swizzle, "silu_mul_keep_fp32": keep}, ue8m0  # type: ignore[arg-type]
+        active_target(smq.OP).host,
+        {"swiglu_limit": limit, "swizzle": swizzle, "silu_mul_keep_fp32": keep},
+        ue8m0,  # type: ignore[arg-type]
     )
-    shape, config = smq.describe(g, m, group_size=group_size, topk=topk, swiglu_limit=limit, swizzle=swizzle,
-                                 scale_layout=layout, keep_fp32=keep)
+    shape, config = smq.describe(
+        g, m, group_size=group_size, topk=topk, swiglu_limit=limit, swizzle=swizzle, scale_layout=layout, keep_fp32=keep
+    )
     bound = selector.bind(smq.OP, shape, config)
     outputs = selector.call(bound, smq.SiluMulQuantInputs(g, m, real_tokens, True))
     if key is not None:

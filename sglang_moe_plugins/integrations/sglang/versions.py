@@ -170,16 +170,37 @@ class VersionCase:
 
 
 _SMQ_9 = (
-    "gateup_output", "masked_m", "group_size", "topk", "swiglu_limit", "swizzle",
-    "gemm1_alpha", "gemm1_clamp_limit", "num_real_tokens",
+    "gateup_output",
+    "masked_m",
+    "group_size",
+    "topk",
+    "swiglu_limit",
+    "swizzle",
+    "gemm1_alpha",
+    "gemm1_clamp_limit",
+    "num_real_tokens",
 )
 _SMQ_10 = _SMQ_9 + ("silu_mul_keep_fp32",)
 _MEGA_10 = (
-    "experts", "hidden_states", "topk_ids", "topk_weights", "hidden_size", "intermediate_size", "top_k",
-    "num_tokens", "activation_clamp", "routed_scaling_factor",
+    "experts",
+    "hidden_states",
+    "topk_ids",
+    "topk_weights",
+    "hidden_size",
+    "intermediate_size",
+    "top_k",
+    "num_tokens",
+    "activation_clamp",
+    "routed_scaling_factor",
 )
 _MEGA_13 = _MEGA_10 + ("num_shared_experts", "shared_l1_weights", "shared_l2_weights")
-_MEGA_15 = _MEGA_10 + ("activation", "num_shared_experts", "shared_l1_weights", "shared_l2_weights", "routing_in_buffer")
+_MEGA_15 = _MEGA_10 + (
+    "activation",
+    "num_shared_experts",
+    "shared_l1_weights",
+    "shared_l2_weights",
+    "routing_in_buffer",
+)
 
 _SMQ_HOOK = "sglang_moe_plugins.integrations.sglang.silu_mul_quant:silu_mul_quant_hook"
 _MEGA_HOOK = "sglang_moe_plugins.integrations.sglang.mega_moe:mega_moe_hook"
@@ -188,42 +209,75 @@ _CONTIG_KERNEL_HOOK = "sglang_moe_plugins.integrations.sglang.contig:contig_kern
 _DEFAULT_HOOKS = {"silu_mul_quant": _SMQ_HOOK, "mega_moe": _MEGA_HOOK}
 _CONTIG_RUNNER_PARAMS = ("self", "runner_input", "quant_info", "running_state")
 _CONTIG_KERNEL_PARAMS = (
-    "input", "output", "output_scale", "quant_group_size", "scale_ue8m0", "transposed", "swiglu_limit", "swizzle",
+    "input",
+    "output",
+    "output_scale",
+    "quant_group_size",
+    "scale_ue8m0",
+    "transposed",
+    "swiglu_limit",
+    "swizzle",
 )
 _CONTIG_OP = "silu_mul_quant_contig"
 
 
 def _contig_targets(kernel_module: str, fused_when: tuple[str, ...], redirect: str) -> tuple[HookTarget, HookTarget]:
     host = ContigHost(f"{kernel_module}.silu_and_mul_contig_post_quant", fused_when, redirect)
-    return (HookTarget(CONTIG_RUNNER_TARGET, _CONTIG_OP, _CONTIG_RUNNER_PARAMS, _CONTIG_RUNNER_HOOK, host),
-            HookTarget(host.kernel_path, _CONTIG_OP, _CONTIG_KERNEL_PARAMS, _CONTIG_KERNEL_HOOK, host))
+    return (
+        HookTarget(CONTIG_RUNNER_TARGET, _CONTIG_OP, _CONTIG_RUNNER_PARAMS, _CONTIG_RUNNER_HOOK, host),
+        HookTarget(host.kernel_path, _CONTIG_OP, _CONTIG_KERNEL_PARAMS, _CONTIG_KERNEL_HOOK, host),
+    )
 
 
 #: SGLang's activation guard of the masked layout (0.5.20+), hooked with op ``silu_mul_quant`` (:mod:`.layout`).
 GUARD_TARGET = "sglang.srt.layers.moe.moe_runner.deep_gemm._masked_activation_unsupported_reason"
-_GUARD = HookTarget(GUARD_TARGET, "silu_mul_quant", ("runner_config", "quant_info"),
-                    "sglang_moe_plugins.integrations.sglang.layout:masked_guard_hook")
+_GUARD = HookTarget(
+    GUARD_TARGET,
+    "silu_mul_quant",
+    ("runner_config", "quant_info"),
+    "sglang_moe_plugins.integrations.sglang.layout:masked_guard_hook",
+)
 #: SGLang's layout policy, hooked to hand the batch's token count to the guard's hook.
 POLICY_TARGET = "sglang.srt.layers.moe.moe_runner.deep_gemm._should_use_masked_standard_layout"
-_POLICY = HookTarget(POLICY_TARGET, "silu_mul_quant", ("runner_config", "quant_info", "hidden_states"),
-                     "sglang_moe_plugins.integrations.sglang.layout:masked_policy_hook")
+_POLICY = HookTarget(
+    POLICY_TARGET,
+    "silu_mul_quant",
+    ("runner_config", "quant_info", "hidden_states"),
+    "sglang_moe_plugins.integrations.sglang.layout:masked_policy_hook",
+)
 _CONTIG_0520 = _contig_targets("sglang.kernels.ops.attention.dsv4", ("use_swizzle",), "use_swizzle")
-_CONTIG_0521 = _contig_targets("sglang.kernels.ops.moe.dsv4", ("use_swizzle", "config.silu_mul_keep_fp32"),
-                               "config.silu_mul_keep_fp32")
-_CONTIG_0523 = _contig_targets("sglang.kernels.ops.activation.silu_and_mul_clamp",
-                               ("use_swizzle", "config.silu_mul_keep_fp32"), "config.silu_mul_keep_fp32")
+_CONTIG_0521 = _contig_targets(
+    "sglang.kernels.ops.moe.dsv4", ("use_swizzle", "config.silu_mul_keep_fp32"), "config.silu_mul_keep_fp32"
+)
+_CONTIG_0523 = _contig_targets(
+    "sglang.kernels.ops.activation.silu_and_mul_clamp",
+    ("use_swizzle", "config.silu_mul_keep_fp32"),
+    "config.silu_mul_keep_fp32",
+)
 
 # 0.5.16 picks the JIT kernel by shape (and SGLANG_OPT_USE_JIT_EP_ACTIVATION, default on), not by
 # argument; both of its kernels return row-major fp32 scales, so no argument changes the layout.
 _SMQ_0516 = HookTarget(SMQ_TARGET, "silu_mul_quant", _SMQ_9, _SMQ_HOOK, SmqHost((), "row_major"))
-_SMQ_0517 = HookTarget(SMQ_TARGET, "silu_mul_quant", _SMQ_9, _SMQ_HOOK, SmqHost(("swiglu_limit", "swizzle"), "column_major"))
+_SMQ_0517 = HookTarget(
+    SMQ_TARGET, "silu_mul_quant", _SMQ_9, _SMQ_HOOK, SmqHost(("swiglu_limit", "swizzle"), "column_major")
+)
 _SMQ_0521 = HookTarget(
-    SMQ_TARGET, "silu_mul_quant", _SMQ_10, _SMQ_HOOK, SmqHost(("swiglu_limit", "swizzle", "silu_mul_keep_fp32"), "column_major")
+    SMQ_TARGET,
+    "silu_mul_quant",
+    _SMQ_10,
+    _SMQ_HOOK,
+    SmqHost(("swiglu_limit", "swizzle", "silu_mul_keep_fp32"), "column_major"),
 )
 _MEGA_0521 = HookTarget(MEGA_TARGET, "mega_moe", _MEGA_10, _MEGA_HOOK, MegaHost(True, True, ("mma_type",)))
-_MEGA_0522 = HookTarget(MEGA_TARGET, "mega_moe", _MEGA_13, _MEGA_HOOK, MegaHost(False, False, ("num_shared_experts", "mma_type")))
+_MEGA_0522 = HookTarget(
+    MEGA_TARGET, "mega_moe", _MEGA_13, _MEGA_HOOK, MegaHost(False, False, ("num_shared_experts", "mma_type"))
+)
 _MEGA_0523 = HookTarget(
-    MEGA_TARGET, "mega_moe", _MEGA_15, _MEGA_HOOK, MegaHost(False, False, ("num_shared_experts", "mma_type", "activation"))
+    MEGA_TARGET,
+    "mega_moe",
+    _MEGA_15,
+    _MEGA_HOOK,
+    MegaHost(False, False, ("num_shared_experts", "mma_type", "activation")),
 )
 
 #: SGLang releases whose hook targets, signatures and host behaviour were read from the released wheels.
@@ -277,7 +331,9 @@ def _check(target: HookTarget, label: str) -> TargetCheck:
     except (TypeError, ValueError) as exc:
         return TargetCheck(target.path, target.op, False, f"no inspectable signature: {exc}")
     if params != target.parameters:
-        return TargetCheck(target.path, target.op, False, f"signature differs: expected {target.parameters}, found {params}")
+        return TargetCheck(
+            target.path, target.op, False, f"signature differs: expected {target.parameters}, found {params}"
+        )
     return TargetCheck(target.path, target.op, True, f"{label}: signature matches")
 
 
@@ -301,7 +357,9 @@ def version_case(
     public = version.split("+", 1)[0]  # a local build of a listed release (e.g. 0.5.23+cu129) is that release
     if public in table:
         checks = tuple(_check(t, f"sglang {version}") for t in table[public])
-        return VersionCase("known", version, public, True, f"sglang {version} is in the version table", checks, table[public])
+        return VersionCase(
+            "known", version, public, True, f"sglang {version} is in the version table", checks, table[public]
+        )
     newest = max(table, key=_release_key) if table else None
     if newest is None or _release_key(public) <= _release_key(newest):
         message = f"sglang {version} is not in the version table (known: {known}); no hooks"
@@ -312,13 +370,19 @@ def version_case(
     if not all(c.ok for c in checks):
         why = "; ".join(f"{c.path}: {c.reason}" for c in checks if not c.ok)
         message = f"sglang {version} is newer than the version table (known: {known}) and differs from {newest}: {why}; no hooks"
-        return VersionCase("newer-mismatch", version, newest, False, message, tuple(_refuse(c, message) for c in checks))
+        return VersionCase(
+            "newer-mismatch", version, newest, False, message, tuple(_refuse(c, message) for c in checks)
+        )
     if _require_known(environ):
-        message = (f"sglang {version} is newer than the version table (known: {known}) and {REQUIRE_KNOWN_ENV}=1 "
-                   f"requires a known release; no hooks")
+        message = (
+            f"sglang {version} is newer than the version table (known: {known}) and {REQUIRE_KNOWN_ENV}=1 "
+            f"requires a known release; no hooks"
+        )
         return VersionCase("newer-refused", version, newest, False, message, tuple(_refuse(c, message) for c in checks))
-    message = (f"sglang {version} is newer than the tested releases (known: {known}); its hook targets match {newest}'s "
-               f"signatures, so they are hooked as {newest} (untested release; set {REQUIRE_KNOWN_ENV}=1 to refuse)")
+    message = (
+        f"sglang {version} is newer than the tested releases (known: {known}); its hook targets match {newest}'s "
+        f"signatures, so they are hooked as {newest} (untested release; set {REQUIRE_KNOWN_ENV}=1 to refuse)"
+    )
     return VersionCase("newer", version, newest, True, message, checks, targets)
 
 
@@ -326,7 +390,9 @@ def _refuse(check: TargetCheck, message: str) -> TargetCheck:
     return TargetCheck(check.path, check.op, False, check.reason if not check.ok else message)
 
 
-def check_targets(version: str | None = None, table: Mapping[str, tuple[HookTarget, ...]] | None = None) -> tuple[TargetCheck, ...]:
+def check_targets(
+    version: str | None = None, table: Mapping[str, tuple[HookTarget, ...]] | None = None
+) -> tuple[TargetCheck, ...]:
     """Check every target for the installed SGLang (imports the target modules)."""
     return version_case(version, table).checks
 
