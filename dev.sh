@@ -2,20 +2,21 @@
 # Set up this checkout on a fresh machine and run the demo or the tests.
 #   ./dev.sh demo      SGLang's real load_plugins() + hooked MoE functions on the embedded model catalog
 #   ./dev.sh test      the test suite on sglang 0.5.23 (CPU; GPU tests skip without CUDA), then the SGLang
-#                      integration tests (marker `sglang`) again on an older release, $OLD_SGLANG (0.5.19)
-#   ./dev.sh test-old  only the SGLang integration tests on $OLD_SGLANG
+#                      integration tests (marker `sglang`) again on each older release of $OLD_SGLANG
+#                      (0.5.19: the masked crash releases; 0.5.20: the first with the compact-layout guard)
+#   ./dev.sh test-old  only the SGLang integration tests on the releases of $OLD_SGLANG
 #   ./dev.sh lint      ruff format --check, ruff check and mypy (pyproject.toml's [tool.ruff] and [tool.mypy])
 #   ./dev.sh setup     only create .venv with sglang==0.5.23, this package (extras sglang, test, lint) and the example plugin,
-#                      and .venv-sglang-$OLD_SGLANG (see README, "Supported SGLang releases")
-# OLD_SGLANG= (empty) skips the older release.
+#                      and .venv-sglang-<release> for each of $OLD_SGLANG (CONTRIBUTING.md, "The second SGLang environment")
+# OLD_SGLANG= (empty) skips the older releases; OLD_SGLANG=0.5.20 runs one.
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3.11}
 VENV=${VENV:-.venv}
-OLD_SGLANG=${OLD_SGLANG-0.5.19}
-# The older release's own pins of the packages whose 0.5.23 versions it cannot import with.
+OLD_SGLANG=${OLD_SGLANG-0.5.19 0.5.20}
+# The older releases' own pins of the packages whose 0.5.23 versions they cannot import with (0.5.19 and 0.5.20
+# pin the same ones).
 OLD_PINS=${OLD_PINS:-"transformers==5.12.1 tokenizers==0.22.2"}
-OLD_VENV=.venv-sglang-$OLD_SGLANG
 
 setup() {
     if [ ! -x "$VENV/bin/python" ]; then
@@ -30,7 +31,8 @@ setup() {
         fi
         touch "$VENV/.installed"
     fi
-    [ -z "$OLD_SGLANG" ] || setup_old
+    local release
+    for release in $OLD_SGLANG; do setup_old "$release"; done
 }
 
 # The older release cannot be installed with its dependencies here (0.5.18-0.5.22 pin cuda-tile==1.6.0rc5,
@@ -38,17 +40,27 @@ setup() {
 # $OLD_PINS (installed --no-deps), and a .pth file that appends the first venv's site-packages (torch,
 # sgl-deep-gemm, this package, pytest...): its own packages come first on sys.path and shadow those.
 setup_old() {
-    if [ ! -x "$OLD_VENV/bin/python" ]; then
-        "$PYTHON" -m venv --without-pip "$OLD_VENV"
+    local release=$1 venv=.venv-sglang-$1 base own
+    if [ ! -x "$venv/bin/python" ]; then
+        "$PYTHON" -m venv --without-pip "$venv"
     fi
-    local base own
     base=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-    own=$("$OLD_VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    own=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     echo "import site; site.addsitedir('$base')" > "$own/zz_base_venv.pth"
-    if ! "$OLD_VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('sglang') != '$OLD_SGLANG')" 2>/dev/null; then
+    if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('sglang') != '$release')" 2>/dev/null; then
         # shellcheck disable=SC2086
-        "$VENV/bin/python" -m pip install -q --upgrade --no-deps --target "$own" "sglang==$OLD_SGLANG" $OLD_PINS
+        "$VENV/bin/python" -m pip install -q --upgrade --no-deps --target "$own" "sglang==$release" $OLD_PINS
     fi
+}
+
+# The SGLang integration tests (marker sglang) on each older release of $OLD_SGLANG; non-zero if any failed.
+test_old() {
+    local release rc=0
+    for release in $OLD_SGLANG; do
+        echo "== SGLang integration tests on sglang $release (.venv-sglang-$release)"
+        ".venv-sglang-$release/bin/python" -m pytest "${pytest_args[@]}" -m sglang tests "$@" || rc=$?
+    done
+    return $rc
 }
 
 # The whole tree, formatted and linted; mypy checks the package (its files and strictness: pyproject.toml).
@@ -68,12 +80,9 @@ case "${1:-test}" in
         setup; shift || true
         rc=0
         "$VENV/bin/python" -m pytest "${pytest_args[@]}" tests examples/sglang-moe-example-plugin/tests "$@" || rc=$?
-        if [ -n "$OLD_SGLANG" ]; then
-            echo "== SGLang integration tests on sglang $OLD_SGLANG ($OLD_VENV)"
-            "$OLD_VENV/bin/python" -m pytest "${pytest_args[@]}" -m sglang tests || rc=$?
-        fi
+        test_old || rc=$?
         exit $rc ;;
-    test-old) setup; shift; exec "$OLD_VENV/bin/python" -m pytest "${pytest_args[@]}" -m sglang tests "$@" ;;
+    test-old) setup; shift; test_old "$@" ;;
     lint) setup; lint ;;
     *) echo "usage: ./dev.sh [setup|demo|test|test-old|lint]" >&2; exit 2 ;;
 esac
