@@ -13,7 +13,7 @@ timeout "${1:-170}" $PYTEST tests/gpu/test_contig_sglang_gpu.py > "$OUT/test_con
 timeout "${1:-170}" $PYTEST tests/gpu/test_contig_triton_gpu.py -k "against_reference or cuda_graph" > "$OUT/test_contig_triton.txt" 2>&1 &
 wait
 echo "tests $(( $(date +%s) - T0 )) s" >> "$OUT/times.txt"
-timeout "${2:-300}" python3 benchmarks/contig_e2e.py --out "$OUT/e2e" > "$OUT/e2e/stdout.txt" 2>&1
+timeout "${2:-300}" python3 benchmarks/contig_e2e.py --warm-workers 8 --out "$OUT/e2e" > "$OUT/e2e/stdout.txt" 2>&1
 echo "contig_e2e rc=$? $(( $(date +%s) - T0 )) s" >> "$OUT/times.txt"
 tail -n 4 "$OUT"/test_*.txt
 tail -n 30 "$OUT/e2e/stdout.txt"
