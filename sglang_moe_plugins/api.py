@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Mapping
 from importlib.metadata import EntryPoint
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .config import UserConfig, load_config
-from .ops import silu_mul_quant as smq
 from .core.dispatcher import Selection, Selector
 from .core.registry import Registry
+from .ops import silu_mul_quant as smq
 
 if TYPE_CHECKING:
     import torch

@@ -196,7 +196,7 @@ def silu_mul_quant_cases(
     platform: Platform = Platform.cuda(9, 0),
     ue8m0: bool = False,
     group_size: int = 128,
-    swiglu_limit: float | None | str = "model",
+    swiglu_limit: float | str | None = "model",
 ) -> list[SiluMulQuantCase]:
     """The calls of SGLang's DeepGEMM masked runner for ``model`` at EP ``ep`` / MoE-TP ``tp``.
 

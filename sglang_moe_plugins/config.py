@@ -47,19 +47,16 @@ configuration is applied (:meth:`UserConfig.check_names`), with errors that list
 from __future__ import annotations
 
 import os
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, Hashable, Iterable, Mapping
+from typing import Any
 
+from .config_file import CONFIG_ENV, MAX_CONFIG_BYTES, config_path as _config_path, parse_file as _parse_file
 from .config_legacy import (
     LEGACY_ENV,
-    LEGACY_FP4_ACTS,
-    LEGACY_JIT_EP,
-    LEGACY_MXF4_KIND,
-    LEGACY_W4A4_PRIORITY,
     translate_legacy,
 )
-from .config_file import CONFIG_ENV, MAX_CONFIG_BYTES, config_path as _config_path, parse_file as _parse_file
 from .errors import ConfigError
 from .priority_rules import PriorityRule, check_priority_rules, parse_priority_rules
 
@@ -198,7 +195,7 @@ class UserConfig:
                     f"force.{op} = {name!r}{where}, but {name!r} is also {self.provenance.get('disable:' + name, 'disabled')}"
                 )
         if self.priority_rules:
-            specs = ops if isinstance(ops, Mapping) else {name: None for name in op_names}
+            specs = ops if isinstance(ops, Mapping) else dict.fromkeys(op_names)
             check_priority_rules(self.priority_rules, plugins, specs, where)
         return tuple(warnings)
 

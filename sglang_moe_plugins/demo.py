@@ -137,9 +137,8 @@ def _short(exc: BaseException) -> str:
 
 def run_demo(log_level: str = "WARNING") -> dict[str, Any]:
     logging.basicConfig(level=getattr(logging, log_level), format="%(levelname)s %(name)s: %(message)s")
-    from sglang.srt.plugins import load_plugins  # SGLang's own plugin loader
-
     import sglang.srt.layers.moe.moe_runner.deep_gemm as runner
+    from sglang.srt.plugins import load_plugins  # SGLang's own plugin loader
 
     load_plugins()
     from . import api
@@ -273,7 +272,7 @@ def _print_text(report: dict[str, Any]) -> None:
         limit = "-" if row["swiglu_limit"] is None else f"{row['swiglu_limit']:g}"
         print(
             f"{row['model']:<24} {row['ep']:>2} {row['E']:>4} {row['D']:>6} {limit:>6}  {row['here']:<13} "
-            f"{row['check']['worst_vs_bound']:>11.3f} {'yes' if row['check']['ok'] else 'NO':<3} {str(row['h200']):<13} {row['jit_ep_on_h200']}"
+            f"{row['check']['worst_vs_bound']:>11.3f} {'yes' if row['check']['ok'] else 'NO':<3} {row['h200']!s:<13} {row['jit_ep_on_h200']}"
         )
     print(f"\nhooked calls served: {report['hook_calls']}")
 

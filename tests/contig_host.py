@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import torch
-
 from sglang_session import loaded_sglang
 
 __all__ = ["Layer", "GemmRecorder", "compact_runner", "make_layer", "run_layer"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from contig_host import compact_runner, make_layer, run_layer  # noqa: F401 - compact_runner: fixture
 from sglang_session import default_selector, hooked_targets, loaded_sglang  # noqa: F401 - default_selector: fixture
 
@@ -134,9 +133,10 @@ def test_situ_goes_to_sglang_unchanged(compact_runner) -> None:
 
 
 def test_the_kernel_outside_a_runner_call_is_sglangs(compact_runner) -> None:
-    from sglang_moe_plugins.integrations.sglang.versions import active_target
-    from sglang_moe_plugins.errors import MoEPluginsError
     import pkgutil
+
+    from sglang_moe_plugins.errors import MoEPluginsError
+    from sglang_moe_plugins.integrations.sglang.versions import active_target
 
     kernel = pkgutil.resolve_name(active_target(OP).host.kernel_path)
     assert getattr(kernel, "__wrapped__", None) is not None, "the kernel wrapper is hooked"

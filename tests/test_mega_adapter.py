@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from _mega_cases import make_problem
+
 from sglang_moe_plugins.errors import InvalidArgumentError, OutputValidationError
 from sglang_moe_plugins.integrations.sglang import mega_moe as ma
 from sglang_moe_plugins.ops import mega_moe as mm
@@ -188,12 +188,12 @@ def test_a_layer_is_planned_once_and_checked_per_call(monkeypatch: pytest.Monkey
         described == [] and short.plan is first.plan and short.allocate_outputs().y.shape == (5, problem.shape.hidden)
     )
     # a batch whose routing disagrees: validated again, and refused with the argument's name
-    with pytest.raises(InvalidArgumentError, match="topk_ids.shape"):
+    with pytest.raises(InvalidArgumentError, match=r"topk_ids\.shape"):
         ma.build_call(experts, i.hidden_states[:5], i.topk_ids, i.topk_weights[:5], **_kwargs(problem, num_tokens=5))
     assert described == [1]
     # the host rebuilt its weights: planned again
     described.clear()
-    experts.mega_l1_weights = tuple(list(experts.mega_l1_weights))
+    experts.mega_l1_weights = tuple(list(experts.mega_l1_weights))  # noqa: C414 - a new tuple object: tuple() of a tuple is that tuple
     again = _call(problem, experts)
     assert again.plan is not first.plan and described == [1]
 

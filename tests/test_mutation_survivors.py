@@ -92,6 +92,7 @@ def _records(*plugins):
 def test_a_raising_supports_is_reraised_for_a_collective_op() -> None:
     """decide-collective-raise: a collective op never falls back per rank, also when supports() raises."""
     from conftest import RecordingPlugin
+
     from sglang_moe_plugins.core.decide import Verdict, decide
 
     class Raising(RecordingPlugin):
@@ -171,6 +172,7 @@ def test_inputs_maybe_written_keeps_only_the_declared_writes() -> None:
 def test_a_user_priority_is_named_in_the_status(tmp_path) -> None:
     """reg-priority: the record's status (``list``, ``explain``) says where a user priority came from."""
     from conftest import RecordingPlugin
+
     from sglang_moe_plugins import Registry
 
     path = tmp_path / "moe.toml"
@@ -191,6 +193,7 @@ def test_a_user_priority_is_named_in_the_status(tmp_path) -> None:
 )
 def test_plugin_attributes_are_validated(name: str, priority, message: str) -> None:
     from conftest import RecordingPlugin
+
     from sglang_moe_plugins.core.registry import validate_plugin
     from sglang_moe_plugins.errors import PluginValidationError
 

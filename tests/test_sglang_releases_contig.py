@@ -12,9 +12,9 @@ from __future__ import annotations
 import ast
 
 import pytest
+from test_sglang_releases import RELEASES, RUNNER, _function, _source
 
 from sglang_moe_plugins.integrations.sglang.versions import CONTIG_RUNNER_TARGET, KNOWN_TARGETS, ContigHost
-from test_sglang_releases import RELEASES, RUNNER, _function, _source
 
 OP = "silu_mul_quant_contig"
 CONTIG_RELEASES = [r for r in RELEASES if any(t.op == OP for t in KNOWN_TARGETS[r])]

@@ -135,7 +135,7 @@ def swallowed_imports(source: str, path: str, strings: bool = True) -> list[Hit]
     def visit(node: ast.AST, scope: list[str]) -> None:
         for child in ast.iter_child_nodes(node):
             inner = (
-                scope + [child.name]
+                [*scope, child.name]
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
                 else scope
             )

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mutants import MUTANTS, TESTS, Mutant  # noqa: E402
+from mutants import MUTANTS, TESTS, Mutant
 
 
 @dataclass

@@ -54,8 +54,8 @@ def _self_check(registry: Any) -> tuple[list[dict[str, str]], list[str]]:
     problem. Returns ``(rows, problems)``."""
     import torch
 
-    from ..ops import silu_mul_quant as smq
     from ..contract import as_support as _as_support
+    from ..ops import silu_mul_quant as smq
 
     here = local_platform()
     device = torch.device("cuda", torch.cuda.current_device()) if here.is_cuda else torch.device("cpu")
@@ -165,7 +165,7 @@ def _doctor(args: argparse.Namespace) -> int:
             "allow": None if config.allow is None else sorted(config.allow),
             "priority_rules": [r.describe() for r in config.priority_rules],
         }
-        forced = {name for name in config.force.values()}
+        forced = set(config.force.values())
         report["plugins"] = {r.name: r.status + (" [force]" if r.name in forced else "") for r in registry.records()}
         report["distributions"] = {r.name: r.dist_label for r in registry.records()}
         report["not loaded"] = [n.describe() for n in registry.not_loaded]

@@ -409,6 +409,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="local",
         help="local (this machine; default, shown in the output), cpu, or smNN (sm90, sm100)",
     )
-    p.add_argument("--op", choices=("all",) + OPS, default="all", help="which op's calls to explain (default all)")
+    p.add_argument("--op", choices=("all", *OPS), default="all", help="which op's calls to explain (default all)")
     p.add_argument("--json", action="store_true", help='typed JSON; errors as {"error": ...}')
     p.set_defaults(func=cmd_explain)

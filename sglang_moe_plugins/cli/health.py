@@ -8,14 +8,15 @@ import contextlib
 import dataclasses
 import logging
 import warnings
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .. import api
 from ..config import load_config
+from ..core.registry import Registry
 from ..errors import ConfigError, MoEPluginsError, PluginValidationError
 from ..hardware import Platform, local_platform
 from ..ops import OPS
-from ..core.registry import Registry
 
 __all__ = [
     "RegistryReport",

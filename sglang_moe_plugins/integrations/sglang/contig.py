@@ -30,7 +30,8 @@ from __future__ import annotations
 import functools
 import operator
 import threading
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from ... import api
 from ...core.bound import BoundOp
@@ -209,9 +210,9 @@ def _kernel_arguments(
     output_scale,
     quant_group_size,
     scale_ue8m0=False,
-    transposed=False,  # noqa: A002, ANN001
+    transposed=False,
     swiglu_limit=None,
     swizzle=False,
-) -> tuple:  # noqa: ANN001
+) -> tuple:
     """The kernel wrapper's parameters (identical in 0.5.20-0.5.23), bound by the interpreter itself."""
     return input, output, output_scale, quant_group_size, scale_ue8m0, transposed, swiglu_limit, swizzle

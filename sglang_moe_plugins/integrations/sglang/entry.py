@@ -29,15 +29,15 @@ import copy
 import logging
 import os
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from ...log import get_logger
 from ... import api
 from ...config import ON_CONFIG_ERROR_ENV, STOCK_ENV, config_error_policy
-from ...errors import ConfigError, MoEPluginsError
-from ...metrics import start_metrics_export
 from ...counters import EventCounter, counter
-from ...log import LogOnce
+from ...errors import ConfigError, MoEPluginsError
+from ...log import LogOnce, get_logger
+from ...metrics import start_metrics_export
 from .versions import TargetCheck, set_active_targets, version_case
 
 __all__ = ["OPS", "CALLS", "register", "hook_status", "hooked_ops", "delegate"]

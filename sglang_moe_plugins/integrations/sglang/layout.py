@@ -30,9 +30,10 @@ from __future__ import annotations
 import functools
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Callable
+from typing import Any
 
 from ... import api
 from ...log import get_logger

@@ -43,19 +43,18 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from ... import api
 from ...errors import InvalidArgumentError, OutputValidationError
-from ...log import get_logger
+from ...log import LogOnce, get_logger
 from ...ops import mega_moe as mm
 from .entry import CALLS, delegate
-from ...log import LogOnce
-from .mega_plan import MAX_PLANS, PLANS, MegaPlan, make_plan, remember
-from .mega_plan import clear as _clear_plans
+from .mega_plan import MAX_PLANS, PLANS, MegaPlan, clear as _clear_plans, make_plan, remember
 from .versions import MegaHost, active_target
 
 __all__ = [
@@ -97,7 +96,7 @@ DELEGATE: Any = object()
 _CAP_ENV = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK"
 _OP = mm.OP
 
-_settings: "_Settings | None" = None
+_settings: _Settings | None = None
 _logged = LogOnce(cap=256)
 
 

@@ -19,9 +19,8 @@ from typing import Any
 
 import torch
 
-from ...log import get_logger
+from ...log import LogOnce, get_logger
 from ...ops import mega_moe as mm
-from ...log import LogOnce
 
 __all__ = ["MegaPlan", "PLANS", "MAX_PLANS", "make_plan", "remember", "clear"]
 
@@ -30,7 +29,7 @@ logger = get_logger(__name__)
 #: Plans kept at most (layers x call flags); past it the cache is cleared, with one warning.
 MAX_PLANS = 4096
 #: The plans by key (:func:`.mega_moe.plan_for`); read without a lock on the hot path.
-PLANS: dict[tuple, "MegaPlan"] = {}
+PLANS: dict[tuple, MegaPlan] = {}
 _lock = threading.Lock()
 _logged = LogOnce(cap=8)
 

@@ -12,7 +12,8 @@ Calls the op does not model go to SGLang's original function (:func:`.entry.dele
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ... import api
 from ...ops import silu_mul_quant as smq
@@ -52,7 +53,7 @@ def _smq_arguments(
     gemm1_clamp_limit=None,
     num_real_tokens=None,
     silu_mul_keep_fp32=False,
-):  # noqa: ANN001, ANN202
+):
     """The host function's parameters (SGLang 0.5.23; 0.5.16-0.5.20 lack the last one, and never pass it),
     bound by the interpreter itself: positional or keyword, with the host's defaults."""
     return (

@@ -24,12 +24,12 @@ Which case applies to the installed SGLang (:func:`version_case`, shown by ``doc
 from __future__ import annotations
 
 import importlib
-import inspect
 import os
 import pkgutil
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from ...signatures import parameter_names
 
@@ -180,7 +180,7 @@ _SMQ_9 = (
     "gemm1_clamp_limit",
     "num_real_tokens",
 )
-_SMQ_10 = _SMQ_9 + ("silu_mul_keep_fp32",)
+_SMQ_10 = (*_SMQ_9, "silu_mul_keep_fp32")
 _MEGA_10 = (
     "experts",
     "hidden_states",
@@ -193,8 +193,9 @@ _MEGA_10 = (
     "activation_clamp",
     "routed_scaling_factor",
 )
-_MEGA_13 = _MEGA_10 + ("num_shared_experts", "shared_l1_weights", "shared_l2_weights")
-_MEGA_15 = _MEGA_10 + (
+_MEGA_13 = (*_MEGA_10, "num_shared_experts", "shared_l1_weights", "shared_l2_weights")
+_MEGA_15 = (
+    *_MEGA_10,
     "activation",
     "num_shared_experts",
     "shared_l1_weights",
