@@ -89,7 +89,7 @@ def make_layer(
         top_k=2,
         activation=activation,
         swiglu_limit=swiglu_limit,
-        silu_mul_keep_fp32=keep_fp32,
+        **({"silu_mul_keep_fp32": keep_fp32} if "silu_mul_keep_fp32" in MoeRunnerConfig.__dataclass_fields__ else {}),
         gemm1_alpha=1.0 if activation == "situ" else None,
         gemm1_clamp_limit=7.0 if activation == "situ" else None,
     )
@@ -149,7 +149,10 @@ def compact_runner(monkeypatch: pytest.MonkeyPatch) -> GemmRecorder:
     monkeypatch.setattr(deep_gemm_wrapper, "DEEPGEMM_NEED_TMA_ALIGNED_SCALES", False)
     monkeypatch.setattr(deep_gemm_wrapper, "DEEPGEMM_SCALE_UE8M0", False)
     monkeypatch.setattr(dg, "use_symmetric_memory", lambda *a, **k: contextlib.nullcontext())
-    monkeypatch.setattr(dg, "get_parallel", lambda: SimpleNamespace(tp_group=None))
+    if hasattr(dg, "get_parallel"):  # 0.5.21+
+        monkeypatch.setattr(dg, "get_parallel", lambda: SimpleNamespace(tp_group=None))
+    if hasattr(dg, "get_tp_group"):  # 0.5.20
+        monkeypatch.setattr(dg, "get_tp_group", lambda: None)
     monkeypatch.setattr(dg, "is_allocation_symmetric", lambda: False)
     from sglang_moe_plugins import UserConfig, api
 

@@ -63,7 +63,7 @@ def test_the_two_kernel_branch_is_served_by_the_plugins(compact_runner, limit, r
     assert out.shape == (rows, 256) and out.dtype == torch.bfloat16
     assert _calls("contig_reference") == before + 1
     # the attribute the hook set for the call is SGLang's value again
-    assert layer.runner.config.silu_mul_keep_fp32 is False and layer.runner.use_swizzle is False
+    assert getattr(layer.runner.config, "silu_mul_keep_fp32", False) is False and layer.runner.use_swizzle is False
 
 
 def test_ue8m0_scales_in_the_layout_sglang_allocates(compact_runner, monkeypatch) -> None:
@@ -118,7 +118,7 @@ def test_the_redirect_is_restored_when_the_call_fails(compact_runner, monkeypatc
     monkeypatch.setattr(deep_gemm_wrapper, "grouped_gemm_nt_f8f8bf16_contig", failing)
     with pytest.raises(RuntimeError, match="down GEMM failed"):
         run_layer(layer)
-    assert layer.runner.config.silu_mul_keep_fp32 is False and layer.runner.use_swizzle is False
+    assert getattr(layer.runner.config, "silu_mul_keep_fp32", False) is False and layer.runner.use_swizzle is False
 
 
 def test_situ_goes_to_sglang_unchanged(compact_runner) -> None:
