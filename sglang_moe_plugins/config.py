@@ -47,15 +47,27 @@ configuration is applied (:meth:`UserConfig.check_names`), with errors that list
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from types import MappingProxyType
 from typing import Any
 
 from .config_file import CONFIG_ENV, MAX_CONFIG_BYTES, config_path as _config_path, parse_file as _parse_file
 from .config_legacy import (
     LEGACY_ENV,
     translate_legacy,
+)
+from .config_values import (
+    _FALSE,
+    _INT64,
+    MASKED_LAYOUT_CHOICES,
+    ON_CONFIG_ERROR_CHOICES,
+    _env_flag,
+    _frozen,
+    _hashable,
+    _masked_layout,
+    _names,
+    _policy,
+    _string_list,
 )
 from .errors import ConfigError
 from .priority_rules import PriorityRule, check_priority_rules, parse_priority_rules
@@ -86,15 +98,7 @@ DEBUG_ENV = "SGLANG_MOE_PLUGINS_DEBUG"
 ALLOW_ENV = "SGLANG_MOE_PLUGINS_ALLOW"
 STOCK_ENV = "SGLANG_MOE_PLUGINS_STOCK"
 ON_CONFIG_ERROR_ENV = "SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR"
-#: ``closed``: hooks installed, every hooked call raises the error; ``stock``: no hooks, SGLang's own code runs.
-ON_CONFIG_ERROR_CHOICES = ("closed", "stock")
 MASKED_LAYOUT_ENV = "SGLANG_MOE_PLUGINS_MASKED_LAYOUT"
-#: ``measured``: where a plugin serves the masked call and the masked layout was measured faster, SGLang's
-#: activation guard (``_masked_activation_unsupported_reason``) no longer refuses it; ``sglang``: the guard
-#: is SGLang's own (the decision given back). SGLang's memory policy decides after the guard in both cases.
-MASKED_LAYOUT_CHOICES = ("measured", "sglang")
-#: Priorities must fit a signed 64-bit integer.
-_INT64 = (-(1 << 63), (1 << 63) - 1)
 
 _TOP_KEYS = (
     "strict",
@@ -110,12 +114,6 @@ _TOP_KEYS = (
     "priority_rules",
     "masked_layout",
 )
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off", "")
-
-
-def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
-    return MappingProxyType(dict(mapping))
 
 
 @dataclass(frozen=True)
@@ -200,38 +198,6 @@ class UserConfig:
         return tuple(warnings)
 
 
-def _hashable(value: Any) -> Hashable:
-    if isinstance(value, Mapping):
-        return tuple(sorted((str(k), _hashable(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_hashable(v) for v in value)
-    if isinstance(value, (set, frozenset)):
-        return tuple(sorted(repr(v) for v in value))
-    try:
-        hash(value)
-    except TypeError:
-        return repr(value)
-    return value
-
-
-def _string_list(value: Any, key: str, where: str, what: str = "plugin names") -> frozenset[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{key}{where} must be a list of {what} (strings), got {value!r}")
-    return frozenset(value)
-
-
-def _policy(value: Any, origin: str) -> str:
-    if value not in ON_CONFIG_ERROR_CHOICES:
-        raise ConfigError(f"{origin} must be one of {', '.join(map(repr, ON_CONFIG_ERROR_CHOICES))}, got {value!r}")
-    return str(value)
-
-
-def _masked_layout(value: Any, origin: str) -> str:
-    if value not in MASKED_LAYOUT_CHOICES:
-        raise ConfigError(f"{origin} must be one of {', '.join(map(repr, MASKED_LAYOUT_CHOICES))}, got {value!r}")
-    return str(value)
-
-
 def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConfig:
     """Check the form of a parsed TOML document and build a UserConfig."""
     where = f" in {source}" if source else ""
@@ -288,22 +254,6 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConf
         provenance=_frozen(provenance),
         source=source,
     )
-
-
-def _env_flag(env: Mapping[str, str], name: str) -> bool | None:
-    raw = env.get(name)
-    if raw is None:
-        return None
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ConfigError(f"{name}={raw!r} is not a boolean; use one of 1/0, true/false, yes/no, on/off")
-
-
-def _names(raw: str) -> list[str]:
-    return [n.strip() for n in raw.split(",") if n.strip()]
 
 
 def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
