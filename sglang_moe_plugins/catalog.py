@@ -8,12 +8,15 @@ import os
 import re
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidArgumentError
 from .hardware import Platform
 from .integrations.sglang.silu_mul_quant import host_scale_layout
 from .ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantShape
+
+if TYPE_CHECKING:
+    from .ops.mega_moe.types import Variant, WeightFormat
 
 __all__ = [
     "ModelSpec",
@@ -134,7 +137,9 @@ def model_from_hf_config(path: str | os.PathLike[str]) -> ModelSpec:
     limit = cfg.get("swiglu_limit")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0):
         raise InvalidArgumentError("model config", "swiglu_limit", limit, f"a number > 0 or null (in {source})")
-    quant = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else {}
+    quant = cfg.get("quantization_config")
+    if not isinstance(quant, dict):
+        quant = {}
     block = quant.get("weight_block_size")
     group = None
     if block is not None:
@@ -212,7 +217,7 @@ def silu_mul_quant_cases(
         raise InvalidArgumentError(
             "catalog", "tp", tp, f"a divisor of {model.short_name}'s intermediate size {model.inter}"
         )
-    limit = model.swiglu_limit if swiglu_limit == "model" else swiglu_limit
+    limit: float | None = model.swiglu_limit if swiglu_limit == "model" else swiglu_limit  # type: ignore[assignment]  # "model" is the only str
     e, d = model.experts // ep, model.inter // tp
     if d % group_size:
         raise InvalidArgumentError(
@@ -264,7 +269,7 @@ class MegaMoECase:
 #: The variants SGLang 0.5.23 builds per platform (``mega_moe.py``): on sm100 the FP4 expert weights with
 #: FP8 activations (W4A8, the default) or MXFP4 activations (W4A4, ``--enable-w4a4-mxfp4-megamoe``);
 #: on sm90 ``mega_moe_sm90.py`` with FP8 block-128 weights.
-_MEGA_VARIANTS = {
+_MEGA_VARIANTS: dict[int, tuple[tuple[str, Variant, WeightFormat], ...]] = {
     10: (("W4A8", "fp8xfp4", "fp4_e2m1_ue8m0_g32"), ("W4A4", "mxf4xmxf4", "fp4_e2m1_ue8m0_g32")),
     9: (("FP8", "sm90_fp8", "fp8_e4m3_block128"),),
 }

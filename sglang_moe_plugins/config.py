@@ -163,8 +163,8 @@ class UserConfig:
             for name in sorted(set(names) - installed):
                 origin = self.provenance.get(f"{key}:{name}", f"{key}{where}")
                 warnings.append(f"{key} names plugin {name!r} ({origin}), which is not installed here; ignored")
-        for key, names in (("enable", self.enable), ("priority", self.priority), ("options", self.options)):
-            for name in sorted(names):
+        for key, entries in (("enable", self.enable), ("priority", self.priority), ("options", self.options)):
+            for name in sorted(entries):
                 if name not in plugins:
                     origin = self.provenance.get(f"{key}:{name}", f"{key}{where}")
                     raise ConfigError(f"unknown plugin {name!r} ({origin}); valid plugins: {valid}")

@@ -20,9 +20,12 @@ import json
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from .ops.silu_mul_quant import ScaleLayout
 
 __all__ = ["main", "CRASH_CASES"]
 
@@ -107,7 +110,7 @@ def _inputs(e: int, n: int, d: int, seed: int) -> tuple[torch.Tensor, torch.Tens
 
 
 def _check(
-    gateup, masked, out, scale, group: int, limit: float | None, layout: str, keep_fp32: bool = False
+    gateup, masked, out, scale, group: int, limit: float | None, layout: ScaleLayout, keep_fp32: bool = False
 ) -> dict[str, Any]:
     """The tolerance policy of the conformance kit (an independent fp64 computation), over real rows."""
     from .ops import silu_mul_quant as smq
@@ -172,7 +175,7 @@ def run_demo(log_level: str = "WARNING") -> dict[str, Any]:
         out, scale = hooked(
             gateup.clone(), masked, 128, case.topk, swiglu_limit=case.swiglu_limit, silu_mul_keep_fp32=case.keep_fp32
         )
-        layout = "row_major" if case.swiglu_limit is not None or case.keep_fp32 else "column_major"
+        layout: ScaleLayout = "row_major" if case.swiglu_limit is not None or case.keep_fp32 else "column_major"
         from .ops import silu_mul_quant as smq
 
         shape, config = smq.describe(
@@ -186,16 +189,15 @@ def run_demo(log_level: str = "WARNING") -> dict[str, Any]:
         )
         here = selector.explain(smq.OP, shape, config)
         h200 = selector.explain(smq.OP, shape, dataclasses.replace(config, platform=Platform.cuda(9, 0)))
+        chosen = here.chosen.name  # type: ignore[union-attr]  # the hooked call above ran: a plugin was chosen
         report["crash_cases"].append(
             {
                 "case": case.label,
                 "stock_sglang": before,
                 "hooked": {
-                    "plugin": here.chosen.name,
-                    "why": here.candidate(here.chosen.name).reason,
-                    "not_chosen": {
-                        c.name: f"{c.verdict}: {c.reason}" for c in here.candidates if c.name != here.chosen.name
-                    },
+                    "plugin": chosen,
+                    "why": here.candidate(chosen).reason,
+                    "not_chosen": {c.name: f"{c.verdict}: {c.reason}" for c in here.candidates if c.name != chosen},
                     "check": _check(gateup, masked, out, scale, 128, case.swiglu_limit, layout, case.keep_fp32),
                 },
                 "on_h200": {
@@ -217,11 +219,11 @@ def run_demo(log_level: str = "WARNING") -> dict[str, Any]:
         for ep in (1, 8):
             if model.experts % ep:
                 continue
-            (case,) = silu_mul_quant_cases(model, ep=ep, rows=(6,), platform=Platform.cpu())
-            e, n, d = case.shape.num_experts, case.shape.max_rows, case.shape.hidden
+            (cpu_case,) = silu_mul_quant_cases(model, ep=ep, rows=(6,), platform=Platform.cpu())
+            e, n, d = cpu_case.shape.num_experts, cpu_case.shape.max_rows, cpu_case.shape.hidden
             gateup, masked = _inputs(e, n, d, seed=ep)
             out, scale = hooked(gateup, masked, 128, model.topk, swiglu_limit=model.swiglu_limit)
-            check = _check(gateup, masked, out, scale, 128, model.swiglu_limit, case.config.scale_layout)
+            check = _check(gateup, masked, out, scale, 128, model.swiglu_limit, cpu_case.config.scale_layout)
             (h200_case,) = silu_mul_quant_cases(model, ep=ep, rows=(128,), platform=Platform.cuda(9, 0))
             h200 = selector.explain("silu_mul_quant", h200_case.shape, h200_case.config)
             jit = h200.candidate("jit_ep") if "jit_ep" in {c.name for c in h200.candidates} else None
@@ -232,7 +234,7 @@ def run_demo(log_level: str = "WARNING") -> dict[str, Any]:
                     "E": e,
                     "D": d,
                     "swiglu_limit": model.swiglu_limit,
-                    "here": selector.explain("silu_mul_quant", case.shape, case.config).chosen.name,
+                    "here": selector.explain("silu_mul_quant", cpu_case.shape, cpu_case.config).chosen.name,  # type: ignore[union-attr]  # the hooked call above ran on it
                     "check": check,
                     "h200": h200.chosen.name if h200.chosen else None,
                     "jit_ep_on_h200": f"{jit.verdict}: {jit.reason}" if jit else "not registered",

@@ -149,7 +149,7 @@ def contig_runner_hook(
     key = (_OP, step, device)
     bound = api.current_selector().call_cache.get(key)
     cached = bound is not None
-    if not cached:
+    if bound is None:  # not cached (tested on bound itself, so that the type checker narrows it)
         bound = _bind(step, device)
     previous = getattr(_local, "context", None)
     _local.context = _Context(step, bound, device)

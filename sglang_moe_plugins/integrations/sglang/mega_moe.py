@@ -154,8 +154,8 @@ def _plan_afresh(
             topk_weights,
             l1_weights=l1,
             l2_weights=l2,
-            variant=variant,
-            num_experts=experts.num_experts,  # type: ignore[arg-type]
+            variant=variant,  # type: ignore[arg-type]  # not None: _unmodelled() refused a None variant above
+            num_experts=experts.num_experts,
             hidden_size=kwargs["hidden_size"],
             intermediate_size=kwargs["intermediate_size"],
             top_k=kwargs["top_k"],
@@ -227,9 +227,10 @@ def run(
             None if topk_ids is None else topk_ids.dtype,
             None if topk_weights is None else topk_weights.dtype,
         )
-        plan = PLANS.get(key)
+        # typed as the code after the hit check reads it: a call without a plan returns or plans before that
+        plan: MegaPlan = PLANS.get(key)  # type: ignore[assignment]
     except (KeyError, AttributeError, TypeError):
-        key = plan = None
+        key = plan = None  # type: ignore[assignment]  # no key: nothing to look up (plans afresh, unkeyed)
     hit = False
     if plan is not None:
         watch = plan.watch
@@ -263,7 +264,7 @@ def run(
                         and topk_weights.device == plan.device
                     )
     if not hit:
-        plan = _plan_afresh(key, experts, hidden_states, topk_ids, topk_weights, kwargs)
+        plan = _plan_afresh(key, experts, hidden_states, topk_ids, topk_weights, kwargs)  # type: ignore[assignment]
         if plan is None or plan_only:
             return plan if plan_only else DELEGATE
         (a, b), (c, d), tokens = plan.l1_weights, plan.l2_weights, hidden_states.shape[0]

@@ -121,7 +121,7 @@ def remember(key: tuple, plan: MegaPlan, experts: Any) -> MegaPlan:
     """``plan`` tied to ``experts`` by a weak reference, in the cache (as it is when ``experts`` cannot be
     weakly referenced: then it is not cached)."""
     try:
-        ref = weakref.ref(experts, lambda r, key=key: _forget(key, r))
+        ref = weakref.ref(experts, lambda r, key=key: _forget(key, r))  # type: ignore[misc]  # mypy infers no lambda with a default
     except TypeError:
         name = type(experts).__qualname__
         if _logged.first(("weakref-experts", name)):

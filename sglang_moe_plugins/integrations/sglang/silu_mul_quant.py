@@ -135,7 +135,7 @@ def silu_mul_quant_hook(original: Callable[..., Any], *args: Any, **kwargs: Any)
         )
         bound = selector.call_cache.get(key)
     except (AttributeError, TypeError):  # not tensors, or unhashable arguments: describe() says what is wrong
-        key = bound = None
+        key = bound = None  # type: ignore[assignment]  # no key: this call binds afresh and is not remembered
     if bound is not None:
         outputs = selector.call(bound, smq.SiluMulQuantInputs(g, m, real_tokens, True), device=key[2])
         return outputs.out, outputs.scale
@@ -143,9 +143,9 @@ def silu_mul_quant_hook(original: Callable[..., Any], *args: Any, **kwargs: Any)
     # for invalid arguments and NoPluginAvailableError when no plugin can run the call.
     # The layout the host itself returns on this call's branch, per release (versions.SmqHost).
     layout = release_scale_layout(
-        active_target(smq.OP).host,
+        active_target(smq.OP).host,  # type: ignore[arg-type]  # the silu_mul_quant target's record is an SmqHost
         {"swiglu_limit": limit, "swizzle": swizzle, "silu_mul_keep_fp32": keep},
-        ue8m0,  # type: ignore[arg-type]
+        ue8m0,
     )
     shape, config = smq.describe(
         g, m, group_size=group_size, topk=topk, swiglu_limit=limit, swizzle=swizzle, scale_layout=layout, keep_fp32=keep

@@ -148,7 +148,7 @@ def version_case(
     environ = os.environ if environ is None else environ
     version = sglang_version() if version is None else version
     if version is None:
-        checks = (TargetCheck("sglang", "*", False, "sglang is not installed"),)
+        checks: tuple[TargetCheck, ...] = (TargetCheck("sglang", "*", False, "sglang is not installed"),)
         return VersionCase("absent", None, None, False, "sglang is not installed", checks)
     known = ", ".join(sorted(table, key=_release_key)) or "(none)"
     public = version.split("+", 1)[0]  # a local build of a listed release (e.g. 0.5.23+cu129) is that release

@@ -53,7 +53,7 @@ class ContigReferencePlugin(Plugin):
     priority = 0
     description = "pure torch oracle for the contiguous step; every shape, CPU and GPU (slow)"
     #: Reads ``gateup`` only.
-    writes_inputs = frozenset()
+    writes_inputs: frozenset[str] = frozenset()
 
     def available(self, platform: Platform) -> Support:
         return Support.yes("pure torch, runs anywhere")
