@@ -10,7 +10,9 @@ from .base import OpSpec
 
 __all__ = ["OPS", "OpSpec", "get_op"]
 
-OPS: Mapping[str, OpSpec] = MappingProxyType({spec.name: spec for spec in (silu_mul_quant.SPEC, mega_moe.SPEC, silu_mul_quant_contig.SPEC)})
+OPS: Mapping[str, OpSpec] = MappingProxyType(
+    {spec.name: spec for spec in (silu_mul_quant.SPEC, mega_moe.SPEC, silu_mul_quant_contig.SPEC)}
+)
 
 
 def get_op(name: str) -> OpSpec:

@@ -193,7 +193,9 @@ def describe(
     return shape, config
 
 
-def expected_scale_strides(shape: ContigShape, config: ContigConfig, rows: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def expected_scale_strides(
+    shape: ContigShape, config: ContigConfig, rows: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``(shape, strides)`` of the scale tensor of a call of ``rows`` rows in this layout."""
     if config.scale_layout == "row_major":
         return (rows, shape.num_groups), (shape.num_groups, 1)
@@ -221,13 +223,18 @@ def output_allocator(shape: ContigShape, config: ContigConfig) -> Callable[..., 
     return allocate
 
 
-def allocate_outputs(shape: ContigShape, config: ContigConfig, device: torch.device, rows: int | None = None) -> ContigOutputs:
+def allocate_outputs(
+    shape: ContigShape, config: ContigConfig, device: torch.device, rows: int | None = None
+) -> ContigOutputs:
     """Empty outputs of ``rows`` rows in the layout the config asks for (``rows`` is required)."""
     return output_allocator(shape, config)(device, rows)
 
 
 def validate_outputs(
-    outputs: ContigOutputs, shape: ContigShape, config: ContigConfig, plugin: str | None = None,
+    outputs: ContigOutputs,
+    shape: ContigShape,
+    config: ContigConfig,
+    plugin: str | None = None,
     inputs: ContigInputs | None = None,
 ) -> None:
     """Check types, dtypes, devices, shapes and strides (metadata only; no device sync). The row count
@@ -282,7 +289,13 @@ def dequantize(outputs: ContigOutputs, shape: ContigShape, config: ContigConfig)
     return (grouped * scales.unsqueeze(-1)).reshape(rows, shape.hidden)
 
 
-SPEC = OpSpec(name=OP, allocate_outputs=allocate_outputs, validate_outputs=validate_outputs, output_allocator=output_allocator,
-              shape_type=ContigShape, output_type=ContigOutputs,
-              writable_inputs=(("gateup", "gateup_writable"),),
-              conformance="sglang_moe_plugins.testing.ops.silu_mul_quant_contig:ContigConformance")
+SPEC = OpSpec(
+    name=OP,
+    allocate_outputs=allocate_outputs,
+    validate_outputs=validate_outputs,
+    output_allocator=output_allocator,
+    shape_type=ContigShape,
+    output_type=ContigOutputs,
+    writable_inputs=(("gateup", "gateup_writable"),),
+    conformance="sglang_moe_plugins.testing.ops.silu_mul_quant_contig:ContigConformance",
+)
