@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping
 
 from . import mega_moe, silu_mul_quant, silu_mul_quant_contig
 from .base import OpSpec

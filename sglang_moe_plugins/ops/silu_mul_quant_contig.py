@@ -34,8 +34,9 @@ Without it a plugin may round the product to bf16 before quantizing, as SGLang's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..errors import InvalidArgumentError, OutputValidationError
 from ..hardware import Platform, platform_of
