@@ -148,10 +148,17 @@ def _fp8_steps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _assert_close_to(outputs, want_q, want_scale, shape, config, bf16_product: bool = False) -> None:
-    """Every element written; fp8 values within one step, >= 99.99% identical; scales within one power of two
-    (UE8M0) or 2.5e-7 relative (fp32), >= 99.9% identical. With ``bf16_product`` an fp32 scale may also be one
-    bf16 ulp off (at most 2^-7 relative): SGLang's fast-math SiLU can round a group's largest product to the other
-    neighbouring bf16 than the reference does."""
+    """Every element written; fp8 values within one step, at most max(4, 0.2%) of them off by that step; scales within
+    one power of two (UE8M0) or 5e-7 relative (fp32), >= 99.9% within 2.5e-7. With ``bf16_product`` an fp32 scale may
+    also be one bf16 ulp off (at most 2^-7 relative): SGLang's fast-math SiLU can round a group's largest product to
+    the other neighbouring bf16 than the reference does.
+
+    Why these bounds (H200, 2026-12-03, tests/gpu/results/2026-12-03_h200_contig_sglang_tests_run{1,2}.txt): SGLang's kernels
+    are built with ``-use_fast_math`` (``ex2.approx``/``rcp.approx`` SiLU, the scale as absmax times an approximate
+    reciprocal of 448), the reference in IEEE fp32. A scale is then up to two fp32 ulps off (measured up to 3.8e-7
+    relative, 2 ulps < 4.8e-7) and a value near a rounding boundary of fp8 lands on the other neighbour (measured up
+    to 0.2% of the values of a 3-row call, 0.05% of larger ones). Against SGLang's own kernels called directly both
+    plugins are held bit for bit (below)."""
     assert not torch.isnan(outputs.out.float()).any(), "an fp8 output was left unwritten (NaN poison)"
     got_s = contig.scale_to_float(outputs.scale, shape, config)
     assert torch.isfinite(got_s).all() and (got_s > 0).all(), "a scale was left unwritten"
@@ -161,11 +168,12 @@ def _assert_close_to(outputs, want_q, want_scale, shape, config, bf16_product: b
         assert (ratio == 1).float().mean().item() >= 0.999, f"{int((ratio != 1).sum())} UE8M0 scales differ"
     else:
         rel = (got_s.double() - want_scale.double()).abs() / want_scale.double()
-        assert rel.max().item() <= (2.0**-7 if bf16_product else 2.5e-7), f"scale relative error {rel.max().item():.3e}"
+        assert rel.max().item() <= (2.0**-7 if bf16_product else 5e-7), f"scale relative error {rel.max().item():.3e}"
         assert (rel <= 2.5e-7).float().mean().item() >= 0.999, f"{int((rel > 2.5e-7).sum())} fp32 scales differ"
     steps = _fp8_steps(outputs.out, want_q)
     assert steps.max().item() <= 1
-    assert (steps == 0).float().mean().item() >= 0.9999, f"{int((steps != 0).sum())} fp8 values differ"
+    differ = int((steps != 0).sum())
+    assert differ <= max(4, 0.002 * steps.numel()), f"{differ} of {steps.numel()} fp8 values differ"
 
 
 @pytest.mark.parametrize("d, group, layout, limit, swizzle, rows", list(_fused_cases()))
