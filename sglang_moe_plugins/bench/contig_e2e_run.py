@@ -98,7 +98,7 @@ class Env:
     def package_masked_act(self, topk: int, limit: float | None, tokens: int) -> Callable:
         from ..ops import silu_mul_quant as op
 
-        layout = "row_major" if limit is not None else "column_major"
+        layout: op.ScaleLayout = "row_major" if limit is not None else "column_major"
 
         def act(gateup: torch.Tensor, masked_m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             shape, config = op.describe(
@@ -282,7 +282,7 @@ def _run_tokens(
                 notes[name] = f"skipped: masked layout needs ~{need / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free"
                 continue
         try:
-            us = _time([lambda s=s: fn(s, act) for s in sets], decode)
+            us = _time([lambda s=s: fn(s, act) for s in sets], decode)  # type: ignore[misc]  # mypy infers no lambda with a default
             fn(sets[0], act)  # eager, so that layer.keep holds this path's activation input
             keep = dict(layer.keep)
             g, mm = keep["gateup"], keep["masked_m"]
@@ -311,7 +311,7 @@ def _numerics(env: Env, case: E2ECase, layer: Layer, acts: dict, masked_ok: bool
         paths["masked_package"] = (layer.masked, env.package_masked_act(case.topk, case.swiglu_limit, t))
         if case.stock_layout == "masked":
             paths["masked_stock"] = (layer.masked, env.stock_masked_act(case.topk, case.swiglu_limit))
-    errors = {"tokens": t}
+    errors: dict[str, Any] = {"tokens": t}
     for name, (fn, act) in paths.items():
         try:
             layer.keep.clear()

@@ -124,7 +124,7 @@ class SglangContigJit(SglangJit):
         apply_limit = swiglu_limit is not None
         module = self.contig_module(contig_spec(quant_group_size, scale_ue8m0, swizzle, swiglu_limit, self.use_pdl))
         with tvm_ffi.use_torch_stream():
-            module.run(input, output, output_scale, bool(transposed), float(swiglu_limit) if apply_limit else 0.0)
+            module.run(input, output, output_scale, bool(transposed), float(swiglu_limit) if apply_limit else 0.0)  # type: ignore[arg-type]  # apply_limit: not None
 
     def silu_and_mul_clamp(self, input: torch.Tensor, output: torch.Tensor, swiglu_limit: float) -> None:
         import tvm_ffi

@@ -62,7 +62,7 @@ class ContigTritonPlugin(Plugin):
     )
     options = MappingProxyType({"pdl": True, "fast_exp": True, "waves": 0})
     #: The kernel stores to ``out`` and ``scale`` only; ``gateup`` is loaded, never stored to.
-    writes_inputs = frozenset()
+    writes_inputs: frozenset[str] = frozenset()
 
     @functools.cached_property
     def _launches(self) -> dict[tuple, Callable[[ContigInputs, ContigOutputs], None]]:
