@@ -19,6 +19,10 @@ import subprocess
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 CURRENT = (
+    "contig_e2e_NVIDIA-H200.json",
+    "contig_e2e_NVIDIA-H200.md",
+    "contig_activation_NVIDIA-H200.json",
+    "contig_activation_NVIDIA-H200.md",
     "silu_mul_quant_2026-12-02_NVIDIA-H200.json",
     "silu_mul_quant_2026-12-02_NVIDIA-H200.md",
     "silu_mul_quant_2026-12-02_NVIDIA-H200.png",
