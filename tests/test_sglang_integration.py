@@ -333,7 +333,7 @@ def test_version_guard_skips_a_missing_target_and_warns():
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout + result.stderr
     assert f"not hooking {SMQ_TARGET}_renamed: cannot resolve" in out
-    assert f"PATCHED {sorted(hooked_targets() - {SMQ_TARGET})}" in result.stdout
+    assert f"PATCHED {sorted(t for t in hooked_targets() - {SMQ_TARGET} if 'moe' in t)}" in result.stdout
 
 
 def test_version_guard_unknown_version_hooks_nothing():

@@ -280,7 +280,7 @@ def test_newer_release_is_hooked_through_load_plugins_with_one_warning() -> None
     out = _probe()
     warnings = [line for line in out.splitlines() if line.startswith("WARNING sglang_moe_plugins")]
     assert len(warnings) == 1 and "sglang 0.5.99 is newer than the tested releases" in warnings[0], out
-    assert f"PATCHED {sorted(hooked_targets())}" in out
+    assert f"PATCHED {sorted(t for t in hooked_targets() if 'moe' in t)}" in out  # the probe lists moe targets
 
 
 @pytest.mark.sglang
