@@ -28,19 +28,23 @@ def main() -> None:
     args = parser.parse_args()
     sys.path[:0] = [str(ROOT / "tests")]
     import torch
-
     from contig_host import make_layer
+    from sglang_session import loaded_sglang
+
     from sglang_moe_plugins import UserConfig, api
     from sglang_moe_plugins.bench.provenance import run_info
     from sglang_moe_plugins.integrations.sglang import contig
     from sglang_moe_plugins.integrations.sglang.versions import active_target
-    from sglang_session import loaded_sglang
 
     dg = loaded_sglang()
     api.reload(UserConfig(allow=frozenset()))
     layer = make_layer(rows=16, swiglu_limit=10.0)
-    ri = dg.DeepGemmRunnerInput(hidden_states=layer.hidden_states, hidden_states_scale=layer.hidden_states_scale,
-                                use_masked_gemm=False, m_indices=layer.m_indices)
+    ri = dg.DeepGemmRunnerInput(
+        hidden_states=layer.hidden_states,
+        hidden_states_scale=layer.hidden_states_scale,
+        use_masked_gemm=False,
+        m_indices=layer.m_indices,
+    )
     gateup = torch.randn(16, 512).to(torch.bfloat16)
     out, scale = torch.empty(16, 256, dtype=torch.float8_e4m3fn), torch.empty(16, 2)
     kernel = active_target("silu_mul_quant_contig").host.kernel_path
@@ -49,30 +53,57 @@ def main() -> None:
     hooked_kernel = pkgutil.resolve_name(kernel)
 
     def body(runner, runner_input, quant_info, state):  # what the method does around the step, reduced to the call
-        hooked_kernel(input=gateup, output=out, output_scale=scale, quant_group_size=128, scale_ue8m0=False,
-                      transposed=False, swiglu_limit=runner.swiglu_limit, swizzle=False)
+        hooked_kernel(
+            input=gateup,
+            output=out,
+            output_scale=scale,
+            quant_group_size=128,
+            scale_ue8m0=False,
+            transposed=False,
+            swiglu_limit=runner.swiglu_limit,
+            swizzle=False,
+        )
 
     def bare_kernel(**kwargs):
         return None
 
     def bare(runner, runner_input, quant_info, state):
-        bare_kernel(input=gateup, output=out, output_scale=scale, quant_group_size=128, scale_ue8m0=False,
-                    transposed=False, swiglu_limit=runner.swiglu_limit, swizzle=False)
+        bare_kernel(
+            input=gateup,
+            output=out,
+            output_scale=scale,
+            quant_group_size=128,
+            scale_ue8m0=False,
+            transposed=False,
+            swiglu_limit=runner.swiglu_limit,
+            swizzle=False,
+        )
 
     state: dict = {"all_tokens": 16}
     contig.contig_runner_hook(body, layer.runner, ri, layer.quant_info, state)  # first call: binds and checks
     (bound,) = [b for k, b in api.current_selector().call_cache.items() if k[0] == "silu_mul_quant_contig"]
     object.__setattr__(bound, "launch", lambda inputs, outputs: None)  # no kernel: host time only
     n = 20000
-    hooked = [timeit.timeit(lambda: contig.contig_runner_hook(body, layer.runner, ri, layer.quant_info, state),
-                            number=n) / n * 1e6 for _ in range(7)]
-    plain = [timeit.timeit(lambda: bare(layer.runner, ri, layer.quant_info, state), number=n) / n * 1e6
-             for _ in range(7)]
-    result = {"hooked_us": statistics.median(hooked), "sglang_body_us": statistics.median(plain),
-              "added_us": statistics.median(hooked) - statistics.median(plain), "rounds": {"hooked": hooked, "plain": plain},
-              "run": run_info()}
-    print(f"hooked layer call {result['hooked_us']:.2f} us, SGLang's body {result['sglang_body_us']:.2f} us: "
-          f"the hooks add {result['added_us']:.2f} us per layer call")
+    hooked = [
+        timeit.timeit(lambda: contig.contig_runner_hook(body, layer.runner, ri, layer.quant_info, state), number=n)
+        / n
+        * 1e6
+        for _ in range(7)
+    ]
+    plain = [
+        timeit.timeit(lambda: bare(layer.runner, ri, layer.quant_info, state), number=n) / n * 1e6 for _ in range(7)
+    ]
+    result = {
+        "hooked_us": statistics.median(hooked),
+        "sglang_body_us": statistics.median(plain),
+        "added_us": statistics.median(hooked) - statistics.median(plain),
+        "rounds": {"hooked": hooked, "plain": plain},
+        "run": run_info(),
+    }
+    print(
+        f"hooked layer call {result['hooked_us']:.2f} us, SGLang's body {result['sglang_body_us']:.2f} us: "
+        f"the hooks add {result['added_us']:.2f} us per layer call"
+    )
     if args.out:
         path = pathlib.Path(args.out) / "contig_host_overhead_cpu.json"
         path.write_text(json.dumps(result, indent=1, default=str) + "\n")
