@@ -156,3 +156,18 @@ def test_no_plugin_for_the_step_fails_before_sglang_runs(compact_runner) -> None
     with pytest.raises(NoPluginAvailableError, match=OP):
         run_layer(layer)
     assert compact_runner.calls == [], "nothing ran: the selection comes before SGLang's GEMMs"
+
+
+def test_stock_leaves_the_compact_runner_to_sglang() -> None:
+    """``SGLANG_MOE_PLUGINS_STOCK=silu_mul_quant_contig``: neither the runner nor SGLang's kernel wrapper is hooked,
+    the masked op stays hooked (a fresh process through SGLang's real load_plugins())."""
+    from sglang_probe import run_probe
+    from sglang_session import SMQ_TARGET
+
+    from sglang_moe_plugins.integrations.sglang.versions import active_target
+
+    result, stderr = run_probe(SGLANG_MOE_PLUGINS_STOCK=OP)
+    assert RUNNER not in result["patched"] and SMQ_TARGET in result["patched"]
+    assert result["stock"] == [OP] and result["calls"] == ["ok", "ok"]
+    assert f"not hooking {RUNNER}: op {OP} is stock" in stderr
+    assert f"not hooking {active_target(OP).host.kernel_path}: op {OP} is stock" in stderr
