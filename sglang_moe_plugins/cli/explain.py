@@ -147,9 +147,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
                     "candidates": list(selection.candidates),
                 }
             )
+        layouts = _layouts(args, platform, ue8m0, selector)  # its selections are printed, not logged
     finally:
         quiet.setLevel(level)
-    layouts = _layouts(args, platform, ue8m0, selector)
     blocks += [f"{label}: DeepGEMM layouts\n" + "\n".join(view.lines()) for label, view in layouts]
     if not calls and not layouts:
         raise UsageError("--model", "no call matches these arguments")
