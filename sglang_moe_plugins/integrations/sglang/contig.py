@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import operator
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -104,6 +105,28 @@ def runner_step(runner: Any, quant_info: Any, running_state: dict, host: ContigH
     )
 
 
+#: The step of each runner, read once (SGLang sets what it depends on in the runner's constructor), with the two
+#: per-call facts it also depends on: DeepGEMM's UE8M0 mode and the running state's swizzle opt-out.
+_steps: weakref.WeakKeyDictionary[Any, tuple[bool, Any, ContigStep | str]] = weakref.WeakKeyDictionary()
+
+
+def _step_of(runner: Any, quant_info: Any, running_state: dict, ue8m0: bool) -> ContigStep | str:
+    """:func:`runner_step`, kept per runner (a weak reference: a freed layer drops its entry)."""
+    flag = running_state.get("deepep_v2_disable_contig_swizzle", False)
+    try:
+        cached = _steps.get(runner)
+    except TypeError:  # a runner that cannot be weakly referenced: read every call
+        cached = None
+    if cached is not None and cached[0] is ue8m0 and cached[1] == flag:
+        return cached[2]
+    step = runner_step(runner, quant_info, running_state, active_target(_OP).host, ue8m0)  # type: ignore[arg-type]
+    try:
+        _steps[runner] = (ue8m0, flag, step)
+    except TypeError:
+        pass
+    return step
+
+
 def _bind(step: ContigStep, device: Any) -> BoundOp:
     """The bound op of ``step`` on ``device``, checked, selected and bound now (raises InvalidArgumentError /
     NoPluginAvailableError before SGLang runs)."""
@@ -138,8 +161,7 @@ def contig_runner_hook(
     device = runner_input.hidden_states.device
     if device.type not in ("cuda", "cpu"):
         return delegate(_OP, "device", f"device {device.type!r} (SGLang's own activation code)", original, call, kwargs)
-    host = active_target(_OP).host
-    step = runner_step(runner, quant_info, running_state, host, _scale_ue8m0())  # type: ignore[arg-type]
+    step = _step_of(runner, quant_info, running_state, _scale_ue8m0())
     if isinstance(step, str):
         detail = {
             "activation": "an activation other than silu (situ: SGLang's own kernels)",
@@ -156,7 +178,7 @@ def contig_runner_hook(
     try:
         if not step.redirected:
             return original(*call, **kwargs)
-        _, get_redirect, set_redirect = _accessors(host)
+        _, get_redirect, set_redirect = _accessors(active_target(_OP).host)
         saved = get_redirect(runner)
         set_redirect(runner, True)
         try:
