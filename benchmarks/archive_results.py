@@ -23,6 +23,7 @@ CURRENT = (
     "contig_e2e_NVIDIA-H200.md",
     "contig_activation_NVIDIA-H200.json",
     "contig_activation_NVIDIA-H200.md",
+    "contig_host_overhead_cpu.json",
     "silu_mul_quant_2026-12-02_NVIDIA-H200.json",
     "silu_mul_quant_2026-12-02_NVIDIA-H200.md",
     "silu_mul_quant_2026-12-02_NVIDIA-H200.png",
