@@ -7,7 +7,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BF16_MIN_NORMAL", "OpSpec", "finite_float"]
+__all__ = [
+    "BF16_MIN_NORMAL",
+    "SWIGLU_LIMIT_ALLOWED",
+    "OpSpec",
+    "activation_describe",
+    "check_activation",
+    "finite_float",
+]
 
 #: bf16's smallest normal number. A clamp limit below it rounds to 0 (or a subnormal that kernels
 #: flush to 0) in bf16, which zeroes every output: such limits are invalid arguments.
@@ -24,6 +31,39 @@ def finite_float(value: object) -> float | None:
     except OverflowError:
         return None
     return result if math.isfinite(result) else None
+
+
+SWIGLU_LIMIT_ALLOWED = "None or a finite number >= 2**-126 (bf16's smallest normal) that fits a float"
+
+
+def check_activation(op: str, swiglu_limit: object, swizzle: object, keep_fp32: object) -> float | None:
+    """The SwiGLU arguments the activation ops share, checked: ``swizzle`` and ``keep_fp32`` true or false, the
+    clamp limit None or a finite float of at least bf16's smallest normal. Returns the limit as a float."""
+    from ..errors import InvalidArgumentError
+
+    for flag, value in (("swizzle", swizzle), ("keep_fp32", keep_fp32)):
+        if not isinstance(value, (bool, int)) or value not in (0, 1):
+            raise InvalidArgumentError(op, flag, value, "True or False")
+    if swiglu_limit is None:
+        return None
+    limit = finite_float(swiglu_limit)
+    if limit is None or not limit >= BF16_MIN_NORMAL:
+        raise InvalidArgumentError(op, "swiglu_limit", swiglu_limit, SWIGLU_LIMIT_ALLOWED)
+    return limit
+
+
+def activation_describe(
+    platform: object, scale_layout: str, swiglu_limit: float | None, swizzle: bool, keep_fp32: bool
+) -> str:
+    """One line for an activation op's config: platform, scale layout and the flags that are set."""
+    parts = [str(platform), f"scales={scale_layout}"]
+    if swiglu_limit is not None:
+        parts.append(f"swiglu_limit={swiglu_limit:g}")
+    if swizzle:
+        parts.append("swizzle")
+    if keep_fp32:
+        parts.append("keep_fp32")
+    return " ".join(parts)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Literal
 from ..errors import InvalidArgumentError, OutputValidationError
 from ..hardware import Platform, platform_of
 from ..lazy import lazy_module
-from .base import BF16_MIN_NORMAL, OpSpec, finite_float
+from .base import BF16_MIN_NORMAL, OpSpec, activation_describe, check_activation, finite_float
 
 if TYPE_CHECKING:
     import torch
@@ -76,9 +76,6 @@ OP = "silu_mul_quant"
 GROUP_SIZES = (16, 32, 64, 128, 256)
 SCALE_LAYOUTS = ("row_major", "column_major", "ue8m0_packed")
 ScaleLayout = Literal["row_major", "column_major", "ue8m0_packed"]
-
-
-SWIGLU_LIMIT_ALLOWED = "None or a finite number >= 2**-126 (bf16's smallest normal) that fits a float"
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -128,14 +125,7 @@ class SiluMulQuantConfig:
         return self.scale_layout == "ue8m0_packed"
 
     def describe(self) -> str:
-        parts = [str(self.platform), f"scales={self.scale_layout}"]
-        if self.swiglu_limit is not None:
-            parts.append(f"swiglu_limit={self.swiglu_limit:g}")
-        if self.swizzle:
-            parts.append("swizzle")
-        if self.keep_fp32:
-            parts.append("keep_fp32")
-        return " ".join(parts)
+        return activation_describe(self.platform, self.scale_layout, self.swiglu_limit, self.swizzle, self.keep_fp32)
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,14 +194,7 @@ def describe(
         )
     if masked_m.device != gateup.device:
         raise _bad("masked_m.device", masked_m.device, f"the device of gateup ({gateup.device})")
-    for flag, value in (("swizzle", swizzle), ("keep_fp32", keep_fp32)):
-        if not isinstance(value, (bool, int)) or value not in (0, 1):
-            raise _bad(flag, value, "True or False")
-    if swiglu_limit is not None:
-        limit = finite_float(swiglu_limit)
-        if limit is None or not limit >= BF16_MIN_NORMAL:
-            raise _bad("swiglu_limit", swiglu_limit, SWIGLU_LIMIT_ALLOWED)
-        swiglu_limit = limit
+    swiglu_limit = check_activation(OP, swiglu_limit, swizzle, keep_fp32)
     if scale_layout not in SCALE_LAYOUTS:
         raise _bad("scale_layout", scale_layout, f"one of {SCALE_LAYOUTS}")
     shape = SiluMulQuantShape(num_experts, max_rows, hidden, group_size, topk)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Literal
 from ..errors import InvalidArgumentError, OutputValidationError
 from ..hardware import Platform, platform_of
 from ..lazy import lazy_module
-from .base import BF16_MIN_NORMAL, OpSpec, finite_float
+from .base import OpSpec, activation_describe, check_activation
 
 if TYPE_CHECKING:
     import torch
@@ -71,7 +71,6 @@ OP = "silu_mul_quant_contig"
 GROUP_SIZES = (16, 32, 64, 128, 256)
 SCALE_LAYOUTS = ("row_major", "ue8m0_packed")
 ContigScaleLayout = Literal["row_major", "ue8m0_packed"]
-SWIGLU_LIMIT_ALLOWED = "None or a finite number >= 2**-126 (bf16's smallest normal) that fits a float"
 
 
 @dataclass(frozen=True)
@@ -109,14 +108,7 @@ class ContigConfig:
         return self.scale_layout == "ue8m0_packed"
 
     def describe(self) -> str:
-        parts = [str(self.platform), f"scales={self.scale_layout}"]
-        if self.swiglu_limit is not None:
-            parts.append(f"swiglu_limit={self.swiglu_limit:g}")
-        if self.swizzle:
-            parts.append("swizzle")
-        if self.keep_fp32:
-            parts.append("keep_fp32")
-        return " ".join(parts)
+        return activation_describe(self.platform, self.scale_layout, self.swiglu_limit, self.swizzle, self.keep_fp32)
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,16 +163,9 @@ def describe(
         raise _bad("group_size", group_size, f"one of {GROUP_SIZES}")
     if hidden % group_size != 0:
         raise _bad("gateup.shape[1] // 2 (D)", hidden, f"a multiple of group_size={group_size}")
-    for flag, value in (("swizzle", swizzle), ("keep_fp32", keep_fp32)):
-        if not isinstance(value, (bool, int)) or value not in (0, 1):
-            raise _bad(flag, value, "True or False")
+    swiglu_limit = check_activation(OP, swiglu_limit, swizzle, keep_fp32)
     if swizzle and hidden % 8 != 0:
         raise _bad("gateup.shape[1] // 2 (D)", hidden, "a multiple of 8 with swizzle (gran-8 interleave)")
-    if swiglu_limit is not None:
-        limit = finite_float(swiglu_limit)
-        if limit is None or not limit >= BF16_MIN_NORMAL:
-            raise _bad("swiglu_limit", swiglu_limit, SWIGLU_LIMIT_ALLOWED)
-        swiglu_limit = limit
     if scale_layout not in SCALE_LAYOUTS:
         raise _bad("scale_layout", scale_layout, f"one of {SCALE_LAYOUTS}")
     shape = ContigShape(hidden, group_size)
