@@ -171,3 +171,61 @@ def test_stock_leaves_the_compact_runner_to_sglang() -> None:
     assert result["stock"] == [OP] and result["calls"] == ["ok", "ok"]
     assert f"not hooking {RUNNER}: op {OP} is stock" in stderr
     assert f"not hooking {active_target(OP).host.kernel_path}: op {OP} is stock" in stderr
+
+
+def test_two_threads_on_one_runner_leave_sglangs_attribute_as_it_was(compact_runner) -> None:
+    """The redirect is counted per runner: the first call sets it, the last restores SGLang's value."""
+    import threading
+
+    from sglang_moe_plugins.integrations.sglang import contig
+    from sglang_moe_plugins.integrations.sglang.versions import active_target
+
+    dg = loaded_sglang()
+    layer = make_layer(rows=8, seed=13)
+    host = active_target(OP).host
+    _, get_redirect, _ = contig._accessors(host)
+    both_inside = threading.Barrier(2, timeout=30)
+    seen = []
+
+    def original(runner, runner_input, quant_info, state):  # SGLang's method, reduced to what the test needs
+        seen.append(bool(get_redirect(runner)))
+        both_inside.wait()
+
+    ri = dg.DeepGemmRunnerInput(
+        hidden_states=layer.hidden_states,
+        hidden_states_scale=layer.hidden_states_scale,
+        use_masked_gemm=False,
+        m_indices=layer.m_indices,
+    )
+    threads = [
+        threading.Thread(target=contig.contig_runner_hook, args=(original, layer.runner, ri, layer.quant_info, {}))
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert seen == [True, True], "both calls ran redirected"
+    assert get_redirect(layer.runner) is False and contig._redirects == {}
+
+
+def test_the_runner_is_hooked_only_with_its_kernel() -> None:
+    """A release whose fused-kernel target does not resolve: neither contig target is hooked (a redirect without
+    the kernel hook would hand the step to SGLang's fused kernel)."""
+    import textwrap
+
+    from test_sglang_integration import HOOKED_PROBE, _run_python
+
+    pre = """
+    from sglang_moe_plugins.integrations.sglang import versions as sv
+    import dataclasses
+    release = sv.sglang_version()
+    sv.KNOWN_TARGETS[release] = tuple(
+        dataclasses.replace(t, path=t.path + "_renamed") if t.hook.endswith(":contig_kernel_hook") else t
+        for t in sv.KNOWN_TARGETS[release])
+    """
+    result = _run_python(HOOKED_PROBE.format(pre=textwrap.dedent(pre).replace("\n", "\n    ")))
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout + result.stderr
+    assert f"not hooking {RUNNER}: it needs" in out
+    assert RUNNER not in result.stdout.split("PATCHED", 1)[1]

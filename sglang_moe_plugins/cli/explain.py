@@ -64,6 +64,7 @@ def _layouts(args: argparse.Namespace, platform: Platform, ue8m0: bool, selector
                 selector=selector,
                 masked_layout=selector.registry.config.masked_layout,
                 smq_hooked="silu_mul_quant" not in stock,
+                contig_hooked="silu_mul_quant_contig" not in stock,
             )
             views.append((f"{model.short_name} EP{ep} TP{args.tp}", view))
     return views

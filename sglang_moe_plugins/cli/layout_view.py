@@ -82,6 +82,7 @@ def layout_view(
     selector: Any,
     masked_layout: str,
     smq_hooked: bool = True,
+    contig_hooked: bool = True,
     release: str | None = None,
 ) -> LayoutView:
     """The view of one layer (``experts`` local experts, ``hidden`` = D per partition)."""
@@ -104,16 +105,17 @@ def layout_view(
 
     contig_config = ContigConfig(platform, swiglu_limit, False, "ue8m0_packed" if ue8m0 else "row_major", False)
     contig = selector.explain("silu_mul_quant_contig", ContigShape(hidden, group_size), contig_config).chosen
-    contig_runs = (
-        f"op silu_mul_quant_contig runs {contig.name}"
-        if contig is not None
-        else "op silu_mul_quant_contig: no enabled plugin (raises NoPluginAvailableError)"
-    )
     two_kernels = (
         "two kernels: silu_and_mul_clamp into bf16, then sglang_per_token_group_quant_fp8"
         if clamped
         else "two kernels: silu_and_mul into bf16, then sglang_per_token_group_quant_fp8"
     )
+    if not contig_hooked:
+        contig_runs = f"op silu_mul_quant_contig is stock: SGLang's {two_kernels}"
+    elif contig is not None:
+        contig_runs = f"op silu_mul_quant_contig runs {contig.name}"
+    else:
+        contig_runs = "op silu_mul_quant_contig: no enabled plugin (raises NoPluginAvailableError)"
     plugin = masked_plugin(256)
     masked_runs = (
         f"op silu_mul_quant runs {plugin}"

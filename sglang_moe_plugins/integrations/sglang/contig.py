@@ -82,8 +82,11 @@ def _accessors(
     return tuple(operator.attrgetter(n) for n in host.fused_when), operator.attrgetter(host.redirect), set_redirect
 
 
-def runner_step(runner: Any, quant_info: Any, running_state: dict, host: ContigHost, ue8m0: bool) -> ContigStep | str:
-    """The step of this runner call, or why the op does not model it (a delegation kind)."""
+def runner_step(
+    runner: Any, quant_info: Any, running_state: dict, host: ContigHost, ue8m0: bool, redirect_value: Any = None
+) -> ContigStep | str:
+    """The step of this runner call, or why the op does not model it (a delegation kind). ``redirect_value``: the
+    value SGLang gave the redirect attribute, where another thread's call of this runner has redirected it now."""
     config = runner.config
     if getattr(config, "activation", "silu") != "silu":
         return "activation"
@@ -91,7 +94,11 @@ def runner_step(runner: Any, quant_info: Any, running_state: dict, host: ContigH
     if weight.dim() != 3 or weight.shape[1] % 2:
         return "weights"
     group = quant_info.block_shape[1] if getattr(quant_info, "use_mxfp8", False) else 128
-    fused = any(bool(get(runner)) for get in _accessors(host)[0])
+    getters = _accessors(host)[0]
+    fused = any(
+        bool(redirect_value if redirect_value is not None and name == host.redirect else get(runner))
+        for name, get in zip(host.fused_when, getters)
+    )
     swizzle = bool(runner.use_swizzle) and not running_state.get("deepep_v2_disable_contig_swizzle", False)
     return ContigStep(
         hidden=int(weight.shape[1]) // 2,
@@ -106,8 +113,13 @@ def runner_step(runner: Any, quant_info: Any, running_state: dict, host: ContigH
 
 
 #: The step of each runner, read once (SGLang sets what it depends on in the runner's constructor), with the two
-#: per-call facts it also depends on: DeepGEMM's UE8M0 mode and the running state's swizzle opt-out.
+#: facts of the call it also depends on: DeepGEMM's UE8M0 mode (as this process read it, ``refresh_host_state``)
+#: and the running state's swizzle opt-out.
 _steps: weakref.WeakKeyDictionary[Any, tuple[bool, Any, ContigStep | str]] = weakref.WeakKeyDictionary()
+#: Redirects in flight: ``id(runner) -> [calls, SGLang's value]``. The first call of a runner sets the attribute, the
+#: last one restores SGLang's value, so that calls of one runner from several threads never leave it changed.
+_redirects: dict[int, list[Any]] = {}
+_redirect_lock = threading.Lock()
 
 
 def _step_of(runner: Any, quant_info: Any, running_state: dict, ue8m0: bool) -> ContigStep | str:
@@ -119,7 +131,10 @@ def _step_of(runner: Any, quant_info: Any, running_state: dict, ue8m0: bool) -> 
         cached = None
     if cached is not None and cached[0] is ue8m0 and cached[1] == flag:
         return cached[2]
-    step = runner_step(runner, quant_info, running_state, active_target(_OP).host, ue8m0)  # type: ignore[arg-type]
+    with _redirect_lock:  # read SGLang's value, not one another thread's redirect has set
+        in_flight = _redirects.get(id(runner))
+        host = active_target(_OP).host
+        step = runner_step(runner, quant_info, running_state, host, ue8m0, in_flight[1] if in_flight else None)  # type: ignore[arg-type]
     try:
         _steps[runner] = (ue8m0, flag, step)
     except TypeError:
@@ -196,11 +211,13 @@ def contig_kernel_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) 
     context: _Context | None = getattr(_local, "context", None)
     if context is None:  # not inside a hooked runner call: another caller's kernel
         return original(*args, **kwargs)
+    step = context.step
     try:
         gateup, out, scale, group, ue8m0, transposed, limit, swizzle = _kernel_arguments(*args, **kwargs)
     except TypeError:
-        return original(*args, **kwargs)
-    step = context.step
+        if step.redirected:  # the call the hook sent there, in a form it cannot read: never SGLang's kernel
+            raise
+        return delegate(_OP, "kernel-arguments", "a fused-kernel call it cannot read", original, args, kwargs)
     matches = (
         group == step.group_size
         and bool(ue8m0) == step.ue8m0
@@ -220,7 +237,8 @@ def contig_kernel_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) 
                 f"{tuple(getattr(gateup, 'shape', ()))}, not the step the runner hook read ({step}); set "
                 f"SGLANG_MOE_PLUGINS_STOCK={_OP} to leave this step to SGLang"
             )
-        return original(*args, **kwargs)
+        detail = "a fused-kernel call that differs from the step the runner hook read (SGLang's kernel runs it)"
+        return delegate(_OP, "kernel-mismatch", detail, original, args, kwargs)
     outputs = contig.ContigOutputs(out, scale)
     api.current_selector().call(context.bound, contig.ContigInputs(gateup, True), outputs, device=context.device)
     return None

@@ -115,7 +115,7 @@ def register() -> None:
         _stock = frozenset(stock)
     if case.case != "known":  # one warning for the release as a whole (newer, refused, mismatch, unsupported)
         logger.warning("sglang-moe-plugins: %s", case.message)
-    hooked = []
+    ready = []  # (check, target, hook) of every target that may be hooked
     for check, target in zip(case.checks, case.targets or (None,) * len(case.checks)):
         if not check.ok or target is None or not case.hooks:
             if case.case == "known":
@@ -143,6 +143,10 @@ def register() -> None:
                 exc,
             )
             continue
+        ready.append((check, target, hook))
+    ready = _with_requirements(ready, failing is not None)
+    hooked = []
+    for check, target, hook in ready:
         HookRegistry.register(check.path, hook, HookType.AROUND)
         hooked.append(target)
         logger.info("sglang-moe-plugins: hooked %s (op %s)", check.path, check.op)
@@ -152,6 +156,24 @@ def register() -> None:
     _registered = True
     if hooked:
         start_metrics_export()  # only when SGLang runs with --enable-metrics (PROMETHEUS_MULTIPROC_DIR)
+
+
+def _with_requirements(ready: list[tuple[Any, Any, Any]], failing: bool) -> list[tuple[Any, Any, Any]]:
+    """``ready`` less every target whose required targets (``HookTarget.requires``) are not in it, repeated until
+    nothing changes; one warning per target left out. Failing closed, only the ops' main hooks are installed and
+    nothing is required."""
+    if failing:
+        return ready
+    while True:
+        paths = {check.path for check, _target, _hook in ready}
+        kept = [item for item in ready if all(p in paths for p in item[1].requires)]
+        for check, target, _hook in ready:
+            if not all(p in paths for p in target.requires):
+                missing = ", ".join(p for p in target.requires if p not in paths)
+                logger.warning("sglang-moe-plugins: not hooking %s: it needs %s hooked too", check.path, missing)
+        if len(kept) == len(ready):
+            return kept
+        ready = kept
 
 
 def _failing_hook(op: str, error: BaseException) -> Callable[..., Any]:

@@ -104,6 +104,8 @@ def decide_layout(
         return LayoutDecision(
             False, "op silu_mul_quant is not hooked here (stock): SGLang's masked kernel would assert"
         )
+    if key.swizzle:
+        return LayoutDecision(False, f"{key.describe()}: swizzled (MegaMoE) layers were not measured")
     measured = measured_configs().get((key.experts, key.hidden, key.group_size, key.swiglu_limit is not None))
     if measured is None:
         return LayoutDecision(False, f"{key.describe()} was not measured (data/masked_layout.json)")
@@ -180,7 +182,7 @@ def masked_guard_hook(
     if key is None:
         return reason
     selector = api.current_selector()
-    cache_key = (key, id(selector))
+    cache_key = (key, selector)  # the selector itself: a new one (api.reload) never reuses an old decision
     decision = _decisions.get(cache_key)
     if decision is None:
         from .entry import hooked_ops

@@ -115,6 +115,9 @@ class HookTarget:
     parameters: tuple[str, ...]
     hook: str = ""
     host: SmqHost | MegaHost | ContigHost | None = field(default=None, compare=True)
+    #: Paths of targets that must be hooked too for this one to be (else neither serves its op correctly):
+    #: the compact runner and its kernel need each other; the layout guard and policy need the masked op's hook.
+    requires: tuple[str, ...] = ()
 
     def hook_function(self) -> Any:
         name = self.hook or _DEFAULT_HOOKS[self.op]
@@ -178,8 +181,12 @@ _CONTIG_OP = "silu_mul_quant_contig"
 def _contig_targets(kernel_module: str, fused_when: tuple[str, ...], redirect: str) -> tuple[HookTarget, HookTarget]:
     host = ContigHost(f"{kernel_module}.silu_and_mul_contig_post_quant", fused_when, redirect)
     return (
-        HookTarget(CONTIG_RUNNER_TARGET, _CONTIG_OP, _CONTIG_RUNNER_PARAMS, _CONTIG_RUNNER_HOOK, host),
-        HookTarget(host.kernel_path, _CONTIG_OP, _CONTIG_KERNEL_PARAMS, _CONTIG_KERNEL_HOOK, host),
+        HookTarget(
+            CONTIG_RUNNER_TARGET, _CONTIG_OP, _CONTIG_RUNNER_PARAMS, _CONTIG_RUNNER_HOOK, host, (host.kernel_path,)
+        ),
+        HookTarget(
+            host.kernel_path, _CONTIG_OP, _CONTIG_KERNEL_PARAMS, _CONTIG_KERNEL_HOOK, host, (CONTIG_RUNNER_TARGET,)
+        ),
     )
 
 
@@ -190,6 +197,7 @@ _GUARD = HookTarget(
     "silu_mul_quant",
     ("runner_config", "quant_info"),
     "sglang_moe_plugins.integrations.sglang.layout:masked_guard_hook",
+    requires=(SMQ_TARGET,),
 )
 #: SGLang's layout policy, hooked to hand the batch's token count to the guard's hook.
 POLICY_TARGET = "sglang.srt.layers.moe.moe_runner.deep_gemm._should_use_masked_standard_layout"
@@ -198,6 +206,7 @@ _POLICY = HookTarget(
     "silu_mul_quant",
     ("runner_config", "quant_info", "hidden_states"),
     "sglang_moe_plugins.integrations.sglang.layout:masked_policy_hook",
+    requires=(SMQ_TARGET, GUARD_TARGET),
 )
 _CONTIG_0520 = _contig_targets("sglang.kernels.ops.attention.dsv4", ("use_swizzle",), "use_swizzle")
 _CONTIG_0521 = _contig_targets(
