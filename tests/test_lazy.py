@@ -41,8 +41,9 @@ def test_copies_pickles_and_dunder_probes_of_a_lazy_module_neither_recurse_nor_i
     assert not hasattr(bare, "_name") and not hasattr(bare, "anything")
 
 
+#: core.dispatcher keeps a lazy torch too, used only when a plugin's prepare() fails: not bound by a plain call.
 LAZY_MODULES = (
-    "sglang_moe_plugins.core.dispatcher",
+    "sglang_moe_plugins.core.bound",
     "sglang_moe_plugins.ops.silu_mul_quant",
     "sglang_moe_plugins.ops.mega_moe",
     "sglang_moe_plugins.quant",
