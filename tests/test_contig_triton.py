@@ -42,10 +42,10 @@ def test_available_and_supports_reasons(monkeypatch: pytest.MonkeyPatch) -> None
     old = PLUGIN.available(Platform.cuda(8, 0))
     assert not old and "sm89" in old.reason and "sm80" in old.reason
     monkeypatch.setattr(hardware, "triton_available", lambda: False)
-    monkeypatch.setattr("sglang_moe_plugins.plugins.contig.triton_plugin.triton_available", lambda: False)
+    monkeypatch.setattr("sglang_moe_plugins.plugins.triton_smq.plugin.triton_available", lambda: False)  # its one check
     missing = PLUGIN.available(Platform.cuda(9, 0))
     assert not missing and "triton" in missing.reason
-    monkeypatch.setattr("sglang_moe_plugins.plugins.contig.triton_plugin.triton_available", lambda: True)
+    monkeypatch.setattr("sglang_moe_plugins.plugins.triton_smq.plugin.triton_available", lambda: True)
     sm90 = Platform.cuda(9, 0)
     assert PLUGIN.available(sm90)
     for shape, cfg in [

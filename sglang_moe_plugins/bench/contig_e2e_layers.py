@@ -228,7 +228,8 @@ class Layer:
     def deepep(self, inp: Inputs, act: Act) -> torch.Tensor:
         """``pre_permute_deepep_normal_to_deep_gemm`` + ``_run_contiguous_gemm`` + ``post_permute_deep_gemm_to_deepep_normal``
         (no alignment scope: DeepEP's 128-aligned counts, DeepGEMM's default alignment)."""
-        assert inp.counts is not None and inp.x_s is not None
+        if inp.counts is None or inp.x_s is None:
+            raise ValueError("deepep() needs Inputs made for DeepEP normal dispatch (counts and x_s set)")
         x, ids = inp.x, inp.topk_ids
         all_tokens = sum(inp.counts)
         hidden = x.shape[1]

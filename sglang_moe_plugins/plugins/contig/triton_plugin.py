@@ -29,14 +29,13 @@ from types import MappingProxyType
 from typing import Any
 
 from ...contract import Plugin, Support
-from ...hardware import Platform, triton_available
+from ...hardware import Platform
 from ...log import get_logger
 from ...ops.silu_mul_quant_contig import GROUP_SIZES, OP, ContigConfig, ContigInputs, ContigOutputs, ContigShape
+from ..triton_smq.plugin import MIN_SM, triton_fp8_available
 
 __all__ = ["ContigTritonPlugin", "MIN_SM"]
 
-#: The FP8 e4m3 conversion the kernel relies on (``cvt.rn.satfinite.e4m3x2.f32``) needs sm89+.
-MIN_SM = 89
 #: D above this: the per-row offsets still fit, but such widths are outside every catalogued model.
 _MAX_HIDDEN = 1 << 20
 #: Shape keys ``run`` keeps a prepared launch for (then it starts over, with one log line).
@@ -69,13 +68,7 @@ class ContigTritonPlugin(Plugin):
         return {}
 
     def available(self, platform: Platform) -> Support:
-        if not platform.is_cuda:
-            return Support.no(f"needs a CUDA device; this call runs on {platform.describe()}")
-        if platform.sm is not None and platform.sm < MIN_SM:
-            return Support.no(f"needs sm{MIN_SM}+ for the FP8 e4m3 conversion; the device is sm{platform.sm}")
-        if not triton_available():
-            return Support.no("the 'triton' package is not importable in this environment")
-        return Support.yes(f"Triton on {platform.describe()}")
+        return triton_fp8_available(platform)
 
     def supports(self, shape: ContigShape, config: ContigConfig) -> Support:
         here = self.available(config.platform)

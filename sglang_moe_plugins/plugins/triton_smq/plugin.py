@@ -34,7 +34,7 @@ from ...ops.silu_mul_quant import (
     expected_scale_strides,
 )
 
-__all__ = ["TritonPlugin", "MIN_SM"]
+__all__ = ["TritonPlugin", "MIN_SM", "triton_fp8_available"]
 
 #: The FP8 e4m3 conversion the kernel relies on (``cvt.rn.satfinite.e4m3x2.f32``) needs sm89+.
 MIN_SM = 89
@@ -50,6 +50,17 @@ def _bf16_limit(limit: float) -> float:
     from ...quant import round_to_bf16
 
     return round_to_bf16(limit)
+
+
+def triton_fp8_available(platform: Platform) -> Support:
+    """Whether this project's Triton FP8 kernels (``triton``, ``contig_triton``) can run on ``platform``."""
+    if not platform.is_cuda:
+        return Support.no(f"needs a CUDA device; this call runs on {platform.describe()}")
+    if platform.sm is not None and platform.sm < MIN_SM:
+        return Support.no(f"needs sm{MIN_SM}+ for the FP8 e4m3 conversion; the device is sm{platform.sm}")
+    if not triton_available():
+        return Support.no("the 'triton' package is not importable in this environment")
+    return Support.yes(f"Triton on {platform.describe()}")
 
 
 class TritonPlugin(Plugin):
@@ -76,13 +87,7 @@ class TritonPlugin(Plugin):
         return {}
 
     def available(self, platform: Platform) -> Support:
-        if not platform.is_cuda:
-            return Support.no(f"needs a CUDA device; this call runs on {platform.describe()}")
-        if platform.sm is not None and platform.sm < MIN_SM:
-            return Support.no(f"needs sm{MIN_SM}+ for the FP8 e4m3 conversion; the device is sm{platform.sm}")
-        if not triton_available():
-            return Support.no("the 'triton' package is not importable in this environment")
-        return Support.yes(f"Triton on {platform.describe()}")
+        return triton_fp8_available(platform)
 
     def supports(self, shape: SiluMulQuantShape, config: SiluMulQuantConfig) -> Support:
         here = self.available(config.platform)
