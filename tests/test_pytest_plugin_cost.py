@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -55,26 +54,29 @@ def test_pytest_plugin_is_registered_and_loaded_in_the_timed_run():
     assert "pytest_plugin.py" in result.stdout + result.stderr
 
 
-def _run_time(args: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "pytest", *args], capture_output=True, timeout=120, env=_env(), cwd=ROOT, check=True
+def test_loading_the_plugin_under_pytest_adds_only_its_own_four_modules():
+    # Its cost is counted, not timed (a timing bound in a unit test fails on a busy machine; the time
+    # itself is measured by benchmarks/pytest_plugin_cost.py). With pytest already imported, as it is
+    # when pytest loads its plugins, loading ours must import nothing but the package root, its version
+    # and the two testing modules on the way to the plugin.
+    code = textwrap.dedent(
+        """
+        import sys
+        import pytest
+        before = set(sys.modules)
+        import sglang_moe_plugins.testing.pytest_plugin
+        print(sorted(set(sys.modules) - before))
+        """
     )
-    return time.perf_counter() - start
-
-
-def test_pytest_startup_cost_is_at_most_a_tenth_of_a_second():
-    # `--version --version` loads every plugin (it lists them) and collects nothing. The runs alternate
-    # and the best of each counts, so that load from other processes on the machine hits both alike.
-    with_args = ["-p", "no:cacheprovider", "--version", "--version"]
-    without_args = ["-p", "no:cacheprovider", "-p", "no:sglang_moe_plugins", "--version", "--version"]
-    with_plugin = without = float("inf")
-    for _ in range(6):
-        with_plugin = min(with_plugin, _run_time(with_args))
-        without = min(without, _run_time(without_args))
-    assert with_plugin - without <= 0.1, (
-        f"the pytest plugin adds {with_plugin - without:.2f} s (with {with_plugin:.2f} s, without {without:.2f} s)"
-    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    expected = [
+        "sglang_moe_plugins",
+        "sglang_moe_plugins._version",
+        "sglang_moe_plugins.testing",
+        "sglang_moe_plugins.testing.pytest_plugin",
+    ]
+    assert result.stdout.strip() == repr(expected), f"imported by loading the pytest plugin: {result.stdout.strip()}"
 
 
 def test_package_root_is_lazy_and_complete():
