@@ -104,9 +104,9 @@ def local_platform() -> Platform:
     library, no visible GPU, any NVML error or no answer within :data:`NVML_TIMEOUT_S` (a WARNING). NVML
     numbers GPUs in PCI bus order, CUDA (and so ``CUDA_VISIBLE_DEVICES``'s indices) fastest first unless
     ``CUDA_DEVICE_ORDER=PCI_BUS_ID``: an index is read through NVML only under that order or where every GPU
-    has the same compute capability (then any index names the same platform); on a machine that mixes GPU models without it, the probe does
-    not guess and answers CPU (``doctor`` asks torch). NVML also reports a GPU that torch's CUDA build
-    cannot use (a driver older than torch's CUDA runtime).
+    has the same compute capability (then any index names the same platform); on a machine that mixes GPU
+    models without it, the probe does not guess and answers CPU (``doctor`` asks torch). NVML also reports a
+    GPU that torch's CUDA build cannot use (a driver older than torch's CUDA runtime).
     """
     torch = sys.modules.get("torch")
     if torch is not None:
