@@ -5,6 +5,7 @@ importable from :mod:`.explain` too."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from typing import Any
 
@@ -77,6 +78,19 @@ def _group_size(args: argparse.Namespace, model: ModelSpec) -> int:
     return 128
 
 
+#: Divisors are listed for counts up to this (at most a thousand trial divisions); a larger count is named instead.
+_LIST_DIVISORS_UP_TO = 1 << 20
+
+
+def _divisors_text(count: int) -> str:
+    """The divisors of ``count``, comma-separated; for a count above :data:`_LIST_DIVISORS_UP_TO`, "a divisor of
+    COUNT" (its divisors are not searched: the message stays short and comes at once)."""
+    if count > _LIST_DIVISORS_UP_TO:
+        return f"a divisor of {count}"
+    low = [d for d in range(1, math.isqrt(count) + 1) if count % d == 0]
+    return ", ".join(map(str, sorted({*low, *(count // d for d in low)})))
+
+
 def _size_flag(model: ModelSpec) -> str:
     return "--hidden" if model.id == "custom/custom" else "--group-size"
 
@@ -90,8 +104,10 @@ def _check_parallel(
         group_size = _group_size(args, model)
         for ep in eps:
             if model.experts % ep:
-                divisors = [d for d in range(1, model.experts + 1) if model.experts % d == 0]
-                text = f"EP{ep} does not divide {model.short_name}'s {model.experts} experts; allowed: {', '.join(map(str, divisors))}"
+                text = (
+                    f"EP{ep} does not divide {model.short_name}'s {model.experts} experts; "
+                    f"allowed: {_divisors_text(model.experts)}"
+                )
                 if not many:
                     raise UsageError("--ep", text)
                 notes.append(f"{model.short_name}: EP{ep} skipped: {text}")
@@ -111,14 +127,10 @@ def _check_parallel(
             notes.append(f"{model.short_name}: skipped: {text}")
             continue
         if model.inter % tp or (model.inter // tp) % group_size:
-            fits = [
-                t
-                for t in range(1, model.inter // group_size + 1)
-                if model.inter % t == 0 and (model.inter // t) % group_size == 0
-            ]
+            # TP t splits it into multiples of the group size exactly when t divides inter / group_size.
             text = (
                 f"TP{tp} leaves {model.short_name}'s intermediate size {model.inter} not split into multiples of group size "
-                f"{group_size}; allowed: {', '.join(map(str, fits))}"
+                f"{group_size}; allowed: {_divisors_text(model.inter // group_size)}"
             )
             if not many:
                 raise UsageError("--tp", text)
