@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -106,6 +107,48 @@ def _hf_int(cfg: dict[str, Any], keys: tuple[str, ...], source: str) -> int:
     )
 
 
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _read_config(source: str) -> bytes:
+    """The bytes of a config.json: anything but a regular file of at most :data:`_CONFIG_MAX_BYTES` is refused
+    before it is read (opening a FIFO blocks until a writer comes; ``/dev/zero`` never ends). Opened without
+    blocking and checked again on the open file, so a path swapped after the first check is refused too."""
+
+    def refuse(allowed: str) -> InvalidArgumentError:
+        return InvalidArgumentError("model config", "path", source, allowed)
+
+    def check(info: os.stat_result) -> None:
+        if not stat.S_ISREG(info.st_mode):
+            raise refuse(f"a regular file (it is {_file_kind(info.st_mode)}; not opened)")
+        if info.st_size > _CONFIG_MAX_BYTES:
+            raise refuse(f"a config.json of at most {_CONFIG_MAX_BYTES >> 20} MB (it has {info.st_size} bytes)")
+
+    try:
+        check(os.stat(source))
+        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise refuse(f"a readable file ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            check(os.fstat(handle.fileno()))
+            data = handle.read(_CONFIG_MAX_BYTES + 1)
+    except OSError as exc:
+        raise refuse(f"a readable file ({exc.strerror or exc})") from None
+    if len(data) > _CONFIG_MAX_BYTES:  # grew since it was checked
+        raise refuse(f"a config.json of at most {_CONFIG_MAX_BYTES >> 20} MB")
+    return data
+
+
 def model_from_hf_config(path: str | os.PathLike[str]) -> ModelSpec:
     """A model's MoE layer read from its HuggingFace ``config.json`` (for models the catalog lacks).
 
@@ -116,17 +159,15 @@ def model_from_hf_config(path: str | os.PathLike[str]) -> ModelSpec:
     marked as its clamped activation, which SGLang runs through its own ``gemm1_alpha`` path.
     """
     source = os.fspath(path)
+    data = _read_config(source)
     try:
-        if os.path.getsize(source) > _CONFIG_MAX_BYTES:
-            raise InvalidArgumentError(
-                "model config", "path", source, f"a config.json of at most {_CONFIG_MAX_BYTES >> 20} MB"
-            )
-        with open(source, encoding="utf-8-sig") as handle:
-            raw = json.load(handle)
-    except OSError as exc:
-        raise InvalidArgumentError("model config", "path", source, f"a readable file ({exc.strerror or exc})") from None
+        raw = json.loads(data.decode("utf-8-sig"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidArgumentError("model config", "path", source, f"a JSON file ({exc})") from None
+    except RecursionError:
+        raise InvalidArgumentError(
+            "model config", "path", source, "a JSON file nested less deeply (a config.json nests a few levels)"
+        ) from None
     if not isinstance(raw, dict):
         raise InvalidArgumentError("model config", "path", source, "a JSON object (a HuggingFace config.json)")
     cfg = {**raw, **raw["text_config"]} if isinstance(raw.get("text_config"), dict) else raw
