@@ -7,7 +7,7 @@
 #   ./dev.sh test-old  only the SGLang integration tests on the releases of $OLD_SGLANG
 #   ./dev.sh lint      ruff format --check, ruff check and mypy (pyproject.toml's [tool.ruff] and [tool.mypy])
 #   ./dev.sh setup     only create .venv with sglang==0.5.23, this package (extras sglang, test, lint) and the example plugin,
-#                      and .venv-sglang-<release> for each of $OLD_SGLANG (CONTRIBUTING.md, "The second SGLang environment")
+#                      and .venv-sglang-<release> for each of $OLD_SGLANG (CONTRIBUTING.md, "The older SGLang environments")
 # OLD_SGLANG= (empty) skips the older releases; OLD_SGLANG=0.5.20 runs one.
 set -euo pipefail
 cd "$(dirname "$0")"
