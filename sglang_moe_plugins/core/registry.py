@@ -6,10 +6,14 @@ from one plugin: any exception raised while an entry point is imported, instanti
 reported (``Registry.problems``, one log line naming its distribution, ``list`` and ``doctor``). With
 ``strict`` the registry refuses to build instead (PluginValidationError listing every problem).
 
-Before anything is imported (:mod:`.discovery`): a third-party entry point that takes a built-in's name
-is refused (ERROR naming both distributions; the built-in stays, whatever the discovery order), and one
-that is disabled or not in ``allow`` is not imported at all (``Registry.not_loaded``). An entry point's
-name must equal its plugin's ``name`` (``disable`` and ``allow`` match entry-point names).
+Before anything is imported (:func:`.discovery.resolve`, which ``check`` shares): a third-party entry
+point that takes a built-in's name is refused (ERROR naming both distributions; the built-in stays,
+whatever the discovery order), so are the entry points of a name two admitted distributions declare
+(ERROR naming both; neither is imported), and one that is disabled or not in ``allow`` (entry-point
+names or ``dist-name:entry-point``) is not imported at all (``Registry.not_loaded``). Built-ins are the
+entry points of the distribution this package was imported from, proved by file location
+(:mod:`.own_distribution`). An entry point's name must equal its plugin's ``name`` (``disable`` and
+``allow`` match entry-point names).
 """
 
 from __future__ import annotations
@@ -30,12 +34,12 @@ from .discovery import (
     BUILTIN_PLUGINS,
     EntryPointInfo,
     NotLoaded,
-    admission,
-    builtins_first,
+    allow_matches,
     check_absent_references,
     config_for_check,
     describe_entry_point,
     installed_entry_points,
+    resolve,
 )
 from .validation import _Attrs, _merge_options, _read_attrs, validate_plugin
 
@@ -129,23 +133,6 @@ def _safe_name(plugin: Any) -> str:
     return name if isinstance(name, str) else type(plugin).__name__
 
 
-def _reserved_name(info: EntryPointInfo, builtins: Mapping[str, EntryPointInfo]) -> LoadProblem:
-    owner = (
-        builtins[info.name].dist_label
-        if info.name in builtins and builtins[info.name].distribution
-        else BUILTIN_DISTRIBUTION
-    )
-    return LoadProblem(
-        info.name,
-        info.value,
-        info.distribution,
-        f"refused: {info.name!r} is the name of a built-in plugin of {owner}, and built-in names are reserved "
-        f"({info.dist_label} may not take it; the built-in stays). Rename the third-party plugin and its entry point",
-        info.version,
-        "ERROR",
-    )
-
-
 def _outranking(records: Iterable[PluginRecord]) -> tuple[str, ...]:
     """One line per enabled third-party plugin whose priority is above every built-in plugin of its op."""
     records = list(records)
@@ -177,6 +164,7 @@ class Registry:
         config: UserConfig,
         not_loaded: Iterable[NotLoaded] = (),
         notices: Iterable[str] = (),
+        allow_installed: Iterable[str] = (),
     ):
         self._records = tuple(sorted(records, key=lambda r: (r.op, -r.priority, r.name)))
         self._by_name = {r.name: r for r in self._records}
@@ -185,6 +173,9 @@ class Registry:
         self.not_loaded: tuple[NotLoaded, ...] = tuple(not_loaded)
         #: Warnings about the plugins that loaded (a third-party plugin outranking the built-ins).
         self.notices: tuple[str, ...] = tuple(notices)
+        #: ``allow`` entries in ``dist-name:entry-point`` form that name an installed entry point (for
+        #: ``check_names``'s ``known``: they are not "not installed here").
+        self.allow_installed: frozenset[str] = frozenset(allow_installed)
         self.config = config
 
     # -- construction -------------------------------------------------------------------------
@@ -193,25 +184,22 @@ class Registry:
         """Load the entry points of ``sglang_moe_plugins.kernels`` that may load and apply ``config``."""
         config = config or UserConfig()
         problems: list[LoadProblem] = []
+        notices: list[str] = []
         if eps is None:
-            eps, broken = installed_entry_points(ENTRY_POINT_GROUP)
+            eps, broken, notices = installed_entry_points(ENTRY_POINT_GROUP)
             problems += [
                 LoadProblem("(metadata)", path, None, f"cannot read this distribution's metadata: {error}")
                 for path, error in broken
             ]
-        infos = builtins_first(describe_entry_point(ep) for ep in eps)
-        builtins = {i.name: i for i in infos if i.builtin}
-        reserved = set(BUILTIN_PLUGINS) | set(builtins)
+        infos = [describe_entry_point(ep) for ep in eps]
+        resolution = resolve(infos, config)  # the one resolution of names, shared with `check`
+        problems += [
+            LoadProblem(e.info.name, e.info.value, e.info.distribution, e.reason, e.info.version, "ERROR")
+            for e in resolution.refused
+        ]
         loaded: list[tuple[Any, EntryPointInfo | None, str | None]] = []
-        not_loaded: list[NotLoaded] = []
-        for info in infos:
-            reason = admission(info, config)
-            if reason is not None:  # never imported: its module's import-time code does not run
-                not_loaded.append(NotLoaded(info.name, info.value, info.distribution, info.version, reason))
-                continue
-            if not info.builtin and info.name in reserved:  # refused before it is imported
-                problems.append(_reserved_name(info, builtins))
-                continue
+        not_loaded: list[NotLoaded] = list(resolution.not_loaded)
+        for info in resolution.admitted:
             try:
                 factory = info.entry_point.load()
                 if not isinstance(factory, type):
@@ -235,7 +223,9 @@ class Registry:
                     problems.append(LoadProblem(info.name, info.value, info.distribution, _failure(exc), info.version))
                 continue
             loaded.append((plugin, info, info.distribution))
-        return cls._build(loaded, problems, config, not_loaded)
+        # allow's `dist-name:entry-point` entries that name an installed entry point are not "not installed"
+        known = {entry for entry in config.allow or () if any(allow_matches(entry, i) for i in infos)}
+        return cls._build(loaded, problems, config, not_loaded, notices, known)
 
     @classmethod
     def from_plugins(
@@ -252,8 +242,10 @@ class Registry:
         problems: list[LoadProblem],
         config: UserConfig,
         not_loaded: Iterable[NotLoaded] = (),
+        discovery_notices: Iterable[str] = (),
+        known: Iterable[str] = (),
     ) -> Registry:
-        not_loaded = tuple(not_loaded)
+        not_loaded, known = tuple(not_loaded), frozenset(known)
         accepted: dict[str, tuple[Any, _Attrs, EntryPointInfo | None, str | None]] = {}
         for plugin, info, dist in loaded:
             origin = f"entry point {info.origin}" if info else "given directly"
@@ -283,12 +275,14 @@ class Registry:
                 )
                 continue
             accepted[attrs.name] = (plugin, attrs, info, dist)
-        by_name = {n.entry_point: n for n in not_loaded}
+        # An entry point not loaded, or refused, under a name another distribution's plugin has: the name is loaded.
+        by_name = {n.entry_point: n for n in not_loaded if n.entry_point not in accepted}
         broken = {p.entry_point: p for p in problems if p.entry_point not in accepted}
         check_absent_references(config, by_name, broken)
-        absent = (set(by_name) | set(broken)) - set(accepted)
+        absent = set(by_name) | set(broken)
         check = config_for_check(config, absent)
-        for warning in check.check_names({name: a.op for name, (_, a, _, _) in accepted.items()}, OPS, known=absent):
+        plugins = {name: a.op for name, (_, a, _, _) in accepted.items()}
+        for warning in check.check_names(plugins, OPS, known=absent | known):
             logger.warning("sglang-moe-plugins: %s", warning)
         records = []
         for name, (plugin, attrs, info, dist) in accepted.items():
@@ -352,7 +346,7 @@ class Registry:
             )
         for problem in problems:
             logger.log(logging.getLevelName(problem.level), "sglang-moe-plugins: %s", problem.describe())
-        notices = _outranking(records)
+        notices = (*discovery_notices, *_outranking(records))
         for notice in notices:
             logger.warning("sglang-moe-plugins: %s", notice)
         if config.strict and problems:
@@ -362,7 +356,7 @@ class Registry:
                 f"strict = true and {len(problems)} plugin(s) could not be registered "
                 f"(without strict they are skipped and reported):\n{listed}"
             )
-        return cls(records, problems, config, not_loaded, notices)
+        return cls(records, problems, config, not_loaded, notices, known)
 
     # -- queries ------------------------------------------------------------------------------
     def records(self, op: str | None = None) -> tuple[PluginRecord, ...]:

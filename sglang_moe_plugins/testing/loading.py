@@ -1,4 +1,10 @@
-"""Resolve what ``check`` was given: a registered plugin name, ``path/to/module.py[:Class]`` or ``module:Class``."""
+"""Resolve what ``check`` was given: a registered plugin name or ``dist-name:entry-point``,
+``path/to/module.py[:Class]`` or ``module:Class``.
+
+A name is resolved exactly as the runtime resolves it (:func:`..core.discovery.resolve` under the
+configuration of this environment: ``allow``, ``disable``, the reserved built-in names, a name two
+distributions declare): ``check`` loads the entry point SGLang would load, or none, and says why.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +13,22 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.discovery import (
+    EntryPointInfo,
+    Resolution,
+    allow_matches,
+    describe_entry_point,
+    find,
+    installed_entry_points,
+    resolve,
+)
 from ..core.registry import ENTRY_POINT_GROUP
 from ..errors import MoEPluginsError
-
-try:  # Python 3.12+ has the selectable entry_points API in the stdlib.
-    from importlib.metadata import entry_points
-except ImportError:  # pragma: no cover
-    from importlib_metadata import entry_points  # type: ignore[no-redef]
 
 __all__ = ["PluginLoadError", "LoadedPlugin", "load_plugin", "instantiate"]
 
@@ -101,18 +112,35 @@ def _load_path(path: str, attr: str | None) -> LoadedPlugin:
     return LoadedPlugin(instantiate(_from_module(module, attr, path), origin), f"file {origin}", spec=spec)  # type: ignore[arg-type]  # the spec string
 
 
-def _load_entry_point(name: str) -> LoadedPlugin | None:
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name != name:
-            continue
-        dist = ep.dist.name if getattr(ep, "dist", None) is not None else "unknown distribution"  # type: ignore[union-attr]  # checked on this line
-        origin = f"entry point {ep.name} = {ep.value} ({dist})"
-        try:
-            target = ep.load()
-        except Exception as exc:  # noqa: BLE001
-            raise PluginLoadError(f"{origin}: loading raised {type(exc).__name__}: {exc}") from exc
-        return LoadedPlugin(instantiate(target, origin), origin, entry_point=ep.name, spec=ep.name)
-    return None
+#: A dotted module path: ``a:b`` is ``package.module:Class`` only when ``a`` is one.
+_MODULE_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def _installed() -> list[EntryPointInfo]:
+    eps, _, _ = installed_entry_points(ENTRY_POINT_GROUP)
+    return [describe_entry_point(ep) for ep in eps]
+
+
+def _load_entry_point(target: str, resolution: Resolution) -> LoadedPlugin | None:
+    """The entry point ``target`` (a name or ``dist-name:entry-point``) resolves to, loaded; None when
+    none is installed; PluginLoadError when one is installed but the runtime would not load it."""
+    info, why = find(resolution, target)
+    if info is None:
+        if why is None:
+            return None
+        raise PluginLoadError(
+            f"plugin {target!r} is not loaded here, so it is not checked (check resolves names as SGLang's "
+            f"start-up does, under this environment's configuration): {why}"
+        )
+    dist = info.dist_label + (", built-in" if info.builtin else "")
+    origin = f"entry point {info.origin}, from {dist}"
+    try:
+        factory = info.entry_point.load()
+    except Exception as exc:  # noqa: BLE001
+        raise PluginLoadError(f"{origin}: loading raised {type(exc).__name__}: {exc}") from exc
+    # Another process (an expert-parallel rank) resolves the same entry point from this spec.
+    spec = f"{info.distribution}:{info.name}" if info.distribution else info.name
+    return LoadedPlugin(instantiate(factory, origin), origin, entry_point=info.name, spec=spec)
 
 
 def _class_spec(target: Any) -> str | None:
@@ -126,8 +154,9 @@ def _class_spec(target: Any) -> str | None:
 
 
 def load_plugin(target: Any) -> LoadedPlugin:
-    """Load ``target``: a plugin instance or class, a registered name (entry point group
-    ``sglang_moe_plugins.kernels``), ``path/to/module.py[:Class]`` or ``package.module:Class``."""
+    """Load ``target``: a plugin instance or class, a registered name or ``dist-name:entry-point`` (entry
+    point group ``sglang_moe_plugins.kernels``, resolved as the runtime resolves it), ``path/to/module.py[:Class]``
+    or ``package.module:Class``."""
     if not isinstance(target, str):
         origin = f"object {type(target).__name__ if not inspect.isclass(target) else target.__name__}"
         return LoadedPlugin(instantiate(target, origin), origin, spec=_class_spec(target))
@@ -135,30 +164,23 @@ def load_plugin(target: Any) -> LoadedPlugin:
     path, _, attr = text.partition(":") if not os.path.isfile(text) else (text, "", "")
     if path.endswith(".py") or os.sep in path or os.path.isfile(path):
         return _load_path(path, attr or None)
-    if attr:
+    infos = _installed()
+    # "a:b" is dist-name:entry-point when an installed distribution `a` declares entry point `b` (or `a`
+    # cannot name a module), otherwise package.module:Class.
+    if attr and _MODULE_PATH.fullmatch(path) and not any(allow_matches(text, i) for i in infos):
         try:
             module = importlib.import_module(path)
         except ImportError as exc:
             raise PluginLoadError(f"cannot import module {path!r}: {exc}") from exc
         return LoadedPlugin(instantiate(_from_module(module, attr, path), text), f"module {text}", spec=text)
-    loaded = _load_entry_point(text)
+    from ..config import load_config
+
+    resolution = resolve(infos, load_config())  # the runtime's resolution, under this environment's config
+    loaded = _load_entry_point(text, resolution)
     if loaded is not None:
         return loaded
-    from ..core.registry import Registry
-
-    # Entry point names normally equal plugin names; fall back to the plugins' own names.
-    registry = Registry.discover()
-    if text in registry:
-        record = registry.get(text)
-        ep_name = str(record.entry_point).partition(" ")[0].partition("=")[0].strip() or None
-        return LoadedPlugin(
-            record.plugin,
-            f"entry point {record.entry_point} ({record.distribution})",
-            entry_point=ep_name,
-            spec=ep_name,
-        )
-    valid = ", ".join(sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))) or "(none)"
+    names = ", ".join(sorted({i.name for i in resolution.admitted})) or "(none)"
     raise PluginLoadError(
-        f"no plugin named {text!r} is registered (entry point group {ENTRY_POINT_GROUP}); registered: {valid}. "
-        "Give a registered name, path/to/module.py[:Class] or package.module:Class"
+        f"no plugin named {text!r} is registered (entry point group {ENTRY_POINT_GROUP}); registered: {names}. "
+        "Give a registered name, dist-name:entry-point, path/to/module.py[:Class] or package.module:Class"
     )
