@@ -2,8 +2,9 @@
 
 Counting is one C call per event (``next()`` on an ``itertools.count``, atomic under the GIL), so it
 takes no lock on the hot path; :func:`stats` reads every counter into a frozen, JSON-ready
-:class:`Stats` labelled with this process's rank. :mod:`.metrics` exports the same counters through
-SGLang's Prometheus endpoint when SGLang runs with ``--enable-metrics``.
+:class:`Stats` labelled with this process's rank. :func:`reset_stats` zeroes them in place (a bound op keeps
+its counter and goes on counting); :func:`totals`, every count since the process started, is what :mod:`.metrics`
+exports through SGLang's Prometheus endpoint when SGLang runs with ``--enable-metrics``.
 
 What each counter means:
 
@@ -23,25 +24,39 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["EventCounter", "PluginStats", "Stats", "counter", "stats", "process_rank", "reset_stats"]
+__all__ = ["EventCounter", "PluginStats", "Stats", "counter", "stats", "process_rank", "reset_stats", "totals"]
 
 #: The kinds of counters (the middle element of a counter key).
 KINDS = ("calls", "fallbacks", "delegations")
 
 
 class EventCounter:
-    """A lock-free event counter: ``hit()`` is ``next()`` on an ``itertools.count``."""
+    """A lock-free event counter: ``hit()`` is ``next()`` on an ``itertools.count``.
 
-    __slots__ = ("_count", "hit")
+    ``hit`` is bound to the count once (callers keep ``counter(...).hit``), so a reset cannot replace the count:
+    :meth:`reset` moves a base instead, and :attr:`total` (every hit since the process started) never goes down."""
+
+    __slots__ = ("_base", "_count", "hit")
 
     def __init__(self) -> None:
         self._count = itertools.count()
+        self._base = 0
         self.hit: Callable[[], int] = functools.partial(next, self._count)
 
     @property
-    def value(self) -> int:
-        """How many hits so far (the count's next value, read from its repr: no hit is consumed)."""
+    def total(self) -> int:
+        """Every hit since the counter was made, resets or not (the count's next value, read from its repr: no hit
+        is consumed)."""
         return int(repr(self._count)[len("count(") : -1])
+
+    @property
+    def value(self) -> int:
+        """Hits since the last :meth:`reset`."""
+        return self.total - self._base
+
+    def reset(self) -> None:
+        """Start :attr:`value` from zero again; :attr:`total` and ``hit`` are unchanged."""
+        self._base = self.total
 
 
 _lock = threading.Lock()
@@ -60,9 +75,19 @@ def counter(kind: str, op: str, name: str) -> EventCounter:
 
 
 def reset_stats() -> None:
-    """Forget every counter (tests). Counters already bound keep counting into the forgotten ones."""
+    """Zero every counter of :func:`stats` in place. The counter objects stay, so a bound op's counter (taken
+    at bind time) keeps counting into :func:`stats`; :func:`totals`, which the Prometheus export reads, is
+    not reset (a Prometheus counter never goes down)."""
     with _lock:
-        _counters.clear()
+        for found in _counters.values():
+            found.reset()
+
+
+def totals() -> dict[tuple[str, str, str], int]:
+    """``{(kind, op, name): count}`` of every counter since the process started, untouched by :func:`reset_stats`
+    (what :mod:`.metrics` exports)."""
+    with _lock:
+        return {key: c.total for key, c in _counters.items()}
 
 
 def process_rank() -> tuple[int | None, int | None]:
@@ -122,9 +147,10 @@ class Stats:
 
 
 def stats() -> Stats:
-    """The counters of this process (calls, fallbacks and delegations), labelled with its rank."""
+    """The counters of this process (calls, fallbacks and delegations) since it started or since the last
+    :func:`reset_stats`, labelled with its rank; a counter still at zero is left out."""
     with _lock:
-        items = [(key, c.value) for key, c in _counters.items()]
+        items = [(key, value) for key, c in _counters.items() if (value := c.value)]
     per_plugin: dict[tuple[str, str], dict[str, int]] = {}
     delegations: dict[str, dict[str, int]] = {}
     for (kind, op, name), value in items:

@@ -6,8 +6,15 @@ SGLang's scheduler processes report their metrics through prometheus_client's mu
 ``MultiProcessCollector`` adds them up. A custom collector in a worker process is never scraped. So
 this module does what SGLang's own CPU monitor (``sglang/srt/observability/cpu_monitor.py``) does: a
 daemon thread wakes every :data:`INTERVAL_S` seconds and adds each counter's increase since the last
-flush to a prometheus ``Counter``; the hot path never touches prometheus_client. The last increase is
-flushed at exit too.
+flush (from :func:`.counters.totals`, which ``reset_stats()`` never lowers) to a prometheus ``Counter``;
+the hot path never touches prometheus_client. The last increase is flushed at exit too.
+
+A counter never takes the process down. prometheus_client writes through ``mmap``: on a full filesystem a
+page it cannot back kills the process with a bus error, so every flush first checks the directory and its
+free space (:data:`MIN_FREE_BYTES`). A directory that is missing, not a directory, not writable or a
+symlink loop stops the export with one WARNING; too little free space, or any error while writing, stops it
+with one ERROR. Either way nothing is tried again in this process (the exit flush included) and ``stats()``
+keeps counting.
 
 Metrics (labels ``op``, ``plugin`` or ``kind``, and ``rank``: torch.distributed's rank, ``""`` when not
 initialised):
@@ -20,24 +27,31 @@ initialised):
 from __future__ import annotations
 
 import atexit
+import logging
 import os
+import stat
 import threading
 from typing import Any
 
-from .counters import stats
+from .counters import process_rank, totals
 from .log import get_logger
 
-__all__ = ["INTERVAL_S", "METRIC_NAMES", "start_metrics_export", "flush_metrics", "metrics_enabled"]
+__all__ = ["INTERVAL_S", "METRIC_NAMES", "MIN_FREE_BYTES", "start_metrics_export", "flush_metrics", "metrics_enabled"]
 
 logger = get_logger(__name__)
 
-#: Seconds between two flushes of the counters into prometheus_client.
+#: Seconds between two flushes of the counters into prometheus_client (read when the export starts).
 INTERVAL_S = 5.0
+#: The least free space (bytes) under ``PROMETHEUS_MULTIPROC_DIR`` for a flush. prometheus_client's files
+#: start at 64 KiB, double when full and are written through ``mmap`` (a page the filesystem cannot back is
+#: a bus error); a flush writes a few pages. 8 MiB covers that, and a doubling of files up to 8 MiB.
+MIN_FREE_BYTES = 8 << 20
 METRIC_NAMES = (
     "sglang:moe_plugins_calls_total",
     "sglang:moe_plugins_fallbacks_total",
     "sglang:moe_plugins_delegations_total",
 )
+_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
 _lock = threading.Lock()
 _exporter: _Exporter | None = None
@@ -45,65 +59,115 @@ _exporter: _Exporter | None = None
 
 def metrics_enabled() -> bool:
     """Whether SGLang's metrics run in this process (prometheus_client's multiprocess mode is on)."""
-    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+    return bool(os.environ.get(_DIR_VARIABLE))
+
+
+def _directory_problem(path: str) -> str | None:
+    """Why prometheus_client cannot create its files in ``path`` (None when it can)."""
+    try:
+        found = os.stat(path)  # follows symlinks: a missing target or a loop raises here
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    if not stat.S_ISDIR(found.st_mode):
+        return "not a directory"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return "not writable"
+    return None
 
 
 class _Exporter:
     def __init__(self) -> None:
         from prometheus_client import Counter  # noqa: PLC0415 - only with --enable-metrics
 
-        self.calls = Counter(
-            METRIC_NAMES[0].removesuffix("_total"),
-            "MoE kernel calls launched, per op and plugin",
-            labelnames=["op", "plugin", "rank"],
-        )
-        self.fallbacks = Counter(
-            METRIC_NAMES[1].removesuffix("_total"),
-            "MoE calls on which the plugin failed and the next plugin ran the call",
-            labelnames=["op", "plugin", "rank"],
-        )
-        self.delegations = Counter(
-            METRIC_NAMES[2].removesuffix("_total"),
-            "Hooked MoE calls handed to SGLang's own function, per op and kind",
-            labelnames=["op", "kind", "rank"],
-        )
-        self._sent: dict[tuple[str, ...], int] = {}
+        def make(name: str, text: str, label: str) -> Any:
+            return Counter(name.removesuffix("_total"), text, labelnames=["op", label, "rank"])
+
+        self.metrics = {
+            "calls": (make(METRIC_NAMES[0], "MoE kernel calls launched, per op and plugin", "plugin"), "plugin"),
+            "fallbacks": (
+                make(
+                    METRIC_NAMES[1], "MoE calls on which the plugin failed and the next plugin ran the call", "plugin"
+                ),
+                "plugin",
+            ),
+            "delegations": (
+                make(METRIC_NAMES[2], "Hooked MoE calls handed to SGLang's own function, per op and kind", "kind"),
+                "kind",
+            ),
+        }
+        self._sent: dict[tuple[str, str, str], int] = {}
         self._flush_lock = threading.Lock()
+        self.stopped = False
 
-    def _add(self, metric: Any, key: tuple[str, ...], labels: dict[str, str], value: int) -> None:
-        delta = value - self._sent.get(key, 0)
-        if delta > 0:
-            metric.labels(**labels).inc(delta)
-            self._sent[key] = value
+    def _stop(self, level: int, message: str, *args: Any) -> None:
+        self.stopped = True
+        logger.log(
+            level,
+            "sglang-moe-plugins: " + message + "; not tried again in this process (stats() keeps counting)",
+            *args,
+        )
 
-    def flush(self) -> None:
+    def _write(self) -> None:
+        rank, _ = process_rank()
+        label = "" if rank is None else str(rank)
+        for key, value in totals().items():
+            delta = value - self._sent.get(key, 0)
+            if delta > 0:  # totals never go down: a reset_stats() leaves the Prometheus counters rising
+                kind, op, name = key
+                metric, name_label = self.metrics[kind]
+                metric.labels(**{"op": op, name_label: name, "rank": label}).inc(delta)
+                self._sent[key] = value
+
+    def flush(self) -> bool:
+        """Write the increase since the last flush; False (and no more tries) once the export has stopped."""
         with self._flush_lock:
-            current = stats()
-            rank = "" if current.rank is None else str(current.rank)
-            for p in current.plugins:
-                labels = {"op": p.op, "plugin": p.plugin, "rank": rank}
-                self._add(self.calls, ("calls", p.op, p.plugin), labels, p.calls)
-                self._add(self.fallbacks, ("fallbacks", p.op, p.plugin), labels, p.fallbacks)
-            for op, kinds in current.delegations.items():
-                for kind, value in kinds.items():
-                    self._add(
-                        self.delegations, ("delegations", op, kind), {"op": op, "kind": kind, "rank": rank}, value
+            if self.stopped:
+                return False
+            path = os.environ.get(_DIR_VARIABLE, "")
+            problem = _directory_problem(path)
+            if problem is not None:
+                self._stop(logging.WARNING, "metrics not exported: %s=%r: %s", _DIR_VARIABLE, path, problem)
+                return False
+            try:
+                found = os.statvfs(path)
+                free = found.f_bavail * found.f_frsize
+                if free < MIN_FREE_BYTES:
+                    self._stop(
+                        logging.ERROR,
+                        "metrics export stopped: %.1f MiB free under %s=%r, below the %d MiB a flush needs "
+                        "(prometheus_client writes through mmap: a full disk is a bus error)",
+                        free / (1 << 20),
+                        _DIR_VARIABLE,
+                        path,
+                        MIN_FREE_BYTES >> 20,
                     )
+                    return False
+                self._write()
+            except Exception as exc:  # noqa: BLE001 - a counter must never take the server down
+                self._stop(
+                    logging.ERROR,
+                    "metrics export stopped: writing under %s=%r failed: %s: %s",
+                    _DIR_VARIABLE,
+                    path,
+                    type(exc).__name__,
+                    exc,
+                )
+                return False
+            return True
 
     def run(self, interval: float) -> None:
         event = threading.Event()
-        while not event.wait(interval):
-            try:
-                self.flush()
-            except Exception as exc:  # noqa: BLE001 - metrics must never take the server down
-                logger.warning("sglang-moe-plugins: metrics flush failed: %s: %s", type(exc).__name__, exc)
+        while not event.wait(interval) and self.flush():
+            pass
 
 
-def start_metrics_export(interval: float = INTERVAL_S) -> bool:
-    """Start the flushing thread once per process when SGLang's metrics are on; True when it runs."""
+def start_metrics_export(interval: float | None = None) -> bool:
+    """Start the flushing thread once per process when SGLang's metrics are on (every ``interval`` seconds,
+    :data:`INTERVAL_S` by default); True when it runs."""
     global _exporter
     if not metrics_enabled():
         return False
+    seconds = INTERVAL_S if interval is None else interval
     with _lock:
         if _exporter is not None:
             return True
@@ -113,18 +177,18 @@ def start_metrics_export(interval: float = INTERVAL_S) -> bool:
             logger.warning("sglang-moe-plugins: metrics not exported: %s: %s", type(exc).__name__, exc)
             return False
         _exporter = exporter
-    threading.Thread(target=exporter.run, args=(interval,), name="sglang-moe-plugins-metrics", daemon=True).start()
+    threading.Thread(target=exporter.run, args=(seconds,), name="sglang-moe-plugins-metrics", daemon=True).start()
     atexit.register(flush_metrics)
     logger.info(
-        "sglang-moe-plugins: exporting %s through prometheus_client (multiprocess mode, every %.0f s)",
+        "sglang-moe-plugins: exporting %s through prometheus_client (multiprocess mode, every %g s)",
         ", ".join(METRIC_NAMES),
-        interval,
+        seconds,
     )
     return True
 
 
-def flush_metrics() -> None:
-    """Add the counters' increase since the last flush to the Prometheus counters now (no-op when off)."""
+def flush_metrics() -> bool:
+    """Add the counters' increase since the last flush to the Prometheus counters now; False when the export
+    is off or has stopped (never raises: a failure stops the export with one log line, see the module doc)."""
     exporter = _exporter
-    if exporter is not None:
-        exporter.flush()
+    return exporter is not None and exporter.flush()
