@@ -6,10 +6,9 @@ import functools
 import json
 import os
 import re
-import stat
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .errors import InvalidArgumentError
 from .hardware import Platform
@@ -30,6 +29,7 @@ __all__ = [
     "mega_moe_cases",
     "platform_uses_ue8m0",
     "deep_gemm_runner_runs_on",
+    "limit_text",
     "DEFAULT_ROWS",
 ]
 
@@ -55,7 +55,7 @@ class ModelSpec:
 
     @property
     def swiglu_limit(self) -> float | None:
-        match = re.search(r"swiglu_limit=([0-9.]+)", self.act)
+        match = re.search(r"swiglu_limit=(\S+)", self.act)  # written with repr(): 1e-07, 1e+20, 10.0
         return float(match.group(1)) if match else None
 
     @property
@@ -85,68 +85,11 @@ def get_model(name: str) -> ModelSpec:
     raise InvalidArgumentError("catalog", "model", name, f"a model of the embedded catalog: {valid}")
 
 
-#: HuggingFace config keys, in the order tried: routed experts, per-expert intermediate size, experts per token.
-_HF_EXPERTS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
-_HF_INTER = ("moe_intermediate_size", "intermediate_size")
-_HF_TOPK = ("num_experts_per_tok", "moe_topk", "top_k")
-_CONFIG_MAX_BYTES = 4 << 20
-
-
-def _hf_int(cfg: dict[str, Any], keys: tuple[str, ...], source: str) -> int:
-    for key in keys:
-        value = cfg.get(key)
-        if value is None:
-            continue
-        if isinstance(value, list) and value and all(v == value[0] for v in value):
-            value = value[0]  # some configs give one value per layer
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidArgumentError("model config", key, value, f"an int >= 1 (in {source})")
-        return value
-    raise InvalidArgumentError(
-        "model config", "/".join(keys), None, f"one of these keys in {source} (a MoE model's config.json)"
-    )
-
-
-def _file_kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
-
-
-def _read_config(source: str) -> bytes:
-    """The bytes of a config.json: anything but a regular file of at most :data:`_CONFIG_MAX_BYTES` is refused
-    before it is read (opening a FIFO blocks until a writer comes; ``/dev/zero`` never ends). Opened without
-    blocking and checked again on the open file, so a path swapped after the first check is refused too."""
-
-    def refuse(allowed: str) -> InvalidArgumentError:
-        return InvalidArgumentError("model config", "path", source, allowed)
-
-    def check(info: os.stat_result) -> None:
-        if not stat.S_ISREG(info.st_mode):
-            raise refuse(f"a regular file (it is {_file_kind(info.st_mode)}; not opened)")
-        if info.st_size > _CONFIG_MAX_BYTES:
-            raise refuse(f"a config.json of at most {_CONFIG_MAX_BYTES >> 20} MB (it has {info.st_size} bytes)")
-
-    try:
-        check(os.stat(source))
-        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise refuse(f"a readable file ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "rb") as handle:
-            check(os.fstat(handle.fileno()))
-            data = handle.read(_CONFIG_MAX_BYTES + 1)
-    except OSError as exc:
-        raise refuse(f"a readable file ({exc.strerror or exc})") from None
-    if len(data) > _CONFIG_MAX_BYTES:  # grew since it was checked
-        raise refuse(f"a config.json of at most {_CONFIG_MAX_BYTES >> 20} MB")
-    return data
+def limit_text(limit: float) -> str:
+    """A swiglu limit as printed: ``%g`` where that is the exact value (10, 7.25, 1e-07), else ``repr`` (never
+    rounded: 10.000001 stays 10.000001)."""
+    short = f"{limit:g}"
+    return short if float(short) == limit else repr(limit)
 
 
 def model_from_hf_config(path: str | os.PathLike[str]) -> ModelSpec:
@@ -158,70 +101,9 @@ def model_from_hf_config(path: str | os.PathLike[str]) -> ModelSpec:
     from the top level or from ``text_config`` (multimodal configs). gpt-oss (``model_type`` ``gpt_oss``) is
     marked as its clamped activation, which SGLang runs through its own ``gemm1_alpha`` path.
     """
-    source = os.fspath(path)
-    data = _read_config(source)
-    try:
-        raw = json.loads(data.decode("utf-8-sig"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidArgumentError("model config", "path", source, f"a JSON file ({exc})") from None
-    except RecursionError:
-        raise InvalidArgumentError(
-            "model config", "path", source, "a JSON file nested less deeply (a config.json nests a few levels)"
-        ) from None
-    if not isinstance(raw, dict):
-        raise InvalidArgumentError("model config", "path", source, "a JSON object (a HuggingFace config.json)")
-    cfg = {**raw, **raw["text_config"]} if isinstance(raw.get("text_config"), dict) else raw
-    experts = _hf_int(cfg, _HF_EXPERTS, source)
-    inter = _hf_int(cfg, _HF_INTER, source)
-    topk = _hf_int(cfg, _HF_TOPK, source)
-    hidden = _hf_int(cfg, ("hidden_size",), source)
-    limit = cfg.get("swiglu_limit")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0):
-        raise InvalidArgumentError("model config", "swiglu_limit", limit, f"a number > 0 or null (in {source})")
-    quant = cfg.get("quantization_config")
-    if not isinstance(quant, dict):
-        quant = {}
-    block = quant.get("weight_block_size")
-    group = None
-    if block is not None:
-        if not (
-            isinstance(block, list)
-            and len(block) == 2
-            and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
-        ):
-            raise InvalidArgumentError(
-                "model config",
-                "quantization_config.weight_block_size",
-                block,
-                f"two ints > 0, e.g. [128, 128] (in {source})",
-            )
-        group = block[1]
-    if cfg.get("model_type") == "gpt_oss":
-        act = "gpt-oss clamped swiglu"
-    else:
-        act = f"swiglu_limit={float(limit)}" if limit is not None else "silu"
-    name = (
-        raw.get("_name_or_path")
-        or os.path.basename(os.path.dirname(os.path.abspath(source)))
-        or os.path.basename(source)
-    )
-    quant_text = (
-        f"{quant.get('quant_method', 'quantized')} block {block[0]}x{block[1]}"
-        if block
-        else str(quant.get("quant_method", "bf16"))
-    )
-    return ModelSpec(
-        f"config/{os.path.basename(str(name).rstrip('/'))}",
-        hidden,
-        inter,
-        experts,
-        topk,
-        0,
-        act,
-        quant_text,
-        f"read from {source}",
-        group,
-    )
+    from .hf_config import read_hf_config
+
+    return read_hf_config(path)
 
 
 @dataclass(frozen=True)
@@ -269,7 +151,7 @@ def silu_mul_quant_cases(
     for n in rows:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise InvalidArgumentError("catalog", "rows", n, "ints >= 1 (padded rows per expert)")
-        label = f"{model.short_name} EP{ep} TP{tp} N={n}" + (f" limit={limit:g}" if limit is not None else "")
+        label = f"{model.short_name} EP{ep} TP{tp} N={n}" + (f" limit={limit_text(limit)}" if limit is not None else "")
         cases.append(
             SiluMulQuantCase(
                 label,

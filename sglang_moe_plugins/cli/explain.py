@@ -12,7 +12,7 @@ from ..hardware import Platform
 from ..ops.silu_mul_quant import GROUP_SIZES
 from .explain_calls import OPS, _group_size, _models, explain_calls
 from .health import forced_here_warnings
-from .util import UsageError, emit, parse_platform, platform_arg, positive_int, rows_arg, table
+from .util import UsageError, emit, limit_arg, parse_platform, platform_arg, positive_int, rows_arg, table
 
 __all__ = [
     "add_arguments",
@@ -191,7 +191,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experts", type=positive_int, help="routed experts (only without --model)")
     p.add_argument("--hidden", type=positive_int, help="per-expert intermediate size D (only without --model)")
     p.add_argument("--topk", type=positive_int, help="experts per token (only without --model)")
-    p.add_argument("--limit", type=float, help="swiglu_limit (only without --model; default none)")
+    p.add_argument(
+        "--limit", type=limit_arg, help="swiglu_limit, a finite number >= 2**-126 (only without --model; default none)"
+    )
     p.add_argument(
         "--ep",
         type=positive_int,

@@ -50,7 +50,7 @@ def _models(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
                 return (model_from_hf_config(args.model),)
             except InvalidArgumentError as exc:
                 raise UsageError(
-                    "--model", f"{exc.argument} = {exc.value!r} is not allowed; allowed: {exc.allowed}"
+                    "--model", f"{exc.argument} = {_value_text(exc.value)} is not allowed; allowed: {exc.allowed}"
                 ) from None
         return load_catalog() if args.model == "all" else (get_model(args.model),)
     missing = [f"--{n}" for n in ("experts", "hidden", "topk") if getattr(args, n) is None]
@@ -59,8 +59,19 @@ def _models(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
             "--model",
             f"give --model NAME (or 'all'), or all of --experts/--hidden/--topk; missing {', '.join(missing)}",
         )
-    act = f"swiglu_limit={args.limit}" if args.limit is not None else "silu"
+    if args.topk > args.experts:
+        raise UsageError("--topk", f"{args.topk} is more than the {args.experts} experts; allowed: 1 to {args.experts}")
+    act = f"swiglu_limit={args.limit!r}" if args.limit is not None else "silu"
     return (ModelSpec("custom/custom", 0, args.hidden, args.experts, args.topk, 0, act, "", "given"),)
+
+
+def _value_text(value: object) -> str:
+    """A bad value's repr, cut to 120 characters (control characters come escaped: it is a repr)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an int of more digits than str() allows, a nest past the limit
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _group_size(args: argparse.Namespace, model: ModelSpec) -> int:

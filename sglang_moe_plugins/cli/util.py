@@ -23,6 +23,7 @@ __all__ = [
     "parse_platform",
     "platform_arg",
     "positive_int",
+    "limit_arg",
     "rows_arg",
     "to_json",
 ]
@@ -130,6 +131,20 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer; allowed: an int >= 1") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not allowed; allowed: an int >= 1")
+    return value
+
+
+def limit_arg(text: str) -> float:
+    """A swiglu limit: a finite float of at least bf16's smallest normal (2**-126), as the ops allow."""
+    from ..ops.base import BF16_MIN_NORMAL, finite_float
+
+    allowed = "a finite number >= 2**-126 (bf16's smallest normal)"
+    try:
+        value = finite_float(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; allowed: {allowed}") from None
+    if value is None or not value >= BF16_MIN_NORMAL:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; allowed: {allowed}")
     return value
 
 
