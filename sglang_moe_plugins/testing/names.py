@@ -1,7 +1,9 @@
 """The ``name`` check: a plugin may not take a built-in plugin's name, and its entry point is named as it is.
 
-The built-in names are read from this package's own distribution (``sglang-moe-plugins``): the entry
-points it declares in group ``sglang_moe_plugins.kernels``. A third-party plugin of the same name would
+The built-in names are read from this package's own distribution: the entry points it declares in group
+``sglang_moe_plugins.kernels``, from the distribution proved to be the one this package was imported from
+(:func:`..core.own_distribution.is_own_distribution`, by file location; never by a ``Name`` that any
+dist-info can write). A third-party plugin of the same name would
 replace the built-in (or be dropped as a duplicate) in the registry, so the kit fails it. The built-in
 plugins themselves (the class the built-in entry point names) pass.
 """
@@ -15,11 +17,6 @@ from typing import Any
 from ..core.registry import ENTRY_POINT_GROUP
 from ..log import get_logger
 
-try:
-    from importlib.metadata import PackageNotFoundError, distribution, entry_points
-except ImportError:  # pragma: no cover
-    from importlib_metadata import PackageNotFoundError, distribution, entry_points  # type: ignore[assignment,no-redef]
-
 __all__ = ["DISTRIBUTION", "builtin_plugins", "check_name"]
 
 logger = get_logger(__name__)
@@ -29,12 +26,17 @@ DISTRIBUTION = "sglang-moe-plugins"
 
 
 def builtin_plugins() -> dict[str, str]:
-    """``name -> "module:Class"`` of the built-in plugins (this package's own entry points)."""
-    try:
-        eps = distribution(DISTRIBUTION).entry_points
-    except PackageNotFoundError:  # running from a checkout without an install: any distribution naming our modules
-        eps = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.value.startswith("sglang_moe_plugins.")]  # type: ignore[assignment]  # iterated only
-    return {ep.name: ep.value for ep in eps if ep.group == ENTRY_POINT_GROUP}
+    """``name -> "module:Class"`` of the built-in plugins: the entry points of this package's own distribution,
+    proved by location (a dist-info that only says ``Name: sglang-moe-plugins`` is not it)."""
+    from ..core.own_distribution import installed_entry_points, is_own_distribution
+
+    eps, _broken, _notices = installed_entry_points(ENTRY_POINT_GROUP)
+    found = {ep.name: ep.value for ep in eps if ep.dist is not None and is_own_distribution(ep.dist)}
+    if not found:  # a checkout on sys.path without an install: the reserved names, their classes unknown ("")
+        from ..core.discovery import BUILTIN_PLUGINS
+
+        found = dict.fromkeys(BUILTIN_PLUGINS, "")
+    return found
 
 
 def _class_path(plugin: Any) -> str:
@@ -61,9 +63,13 @@ def check_name(plugin: Any, entry_point: str | None) -> str | None:
         return None  # the contract check reports it
     builtins = builtin_plugins()
     own = builtins.get(name)
-    if own is not None and own != _class_path(plugin) and not _is_builtin_class(plugin, own):
+    if own == "":  # the built-in's class is not known here: only this package's own modules may use the name
+        own_class = _class_path(plugin).startswith("sglang_moe_plugins.")
+    else:
+        own_class = own is None or own == _class_path(plugin) or _is_builtin_class(plugin, own)
+    if own is not None and not own_class:
         return (
-            f"plugin name {name!r} is the name of the built-in plugin {own} (distribution {DISTRIBUTION}); a third-party "
+            f"plugin name {name!r} is the name of the built-in plugin {own or name} (distribution {DISTRIBUTION}); a third-party "
             f"plugin of that name would replace it. Choose another name (built-in names: {', '.join(sorted(builtins))})"
         )
     if entry_point is not None and entry_point != name:
