@@ -1,4 +1,6 @@
 """The ``sglang-moe-plugins`` command: ``list``, ``explain``, ``doctor``, ``check``, ``bench``. ``--json`` for machines.
+``--version``: the package version, then the installed SGLang release and whether the release table knows it
+(also ``python -m sglang_moe_plugins --version``).
 
 A bad argument is one line naming it and what is allowed (a JSON ``{"error": ...}`` under ``--json``), exit 2.
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import pathlib
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -19,7 +22,7 @@ from typing import Any
 from ..errors import MoEPluginsError
 from .util import Parser, UsageError, fail, set_argv
 
-__all__ = ["main", "build_parser", "COMMANDS", "command_module", "CommandParser"]
+__all__ = ["main", "build_parser", "COMMANDS", "command_module", "CommandParser", "version_text"]
 
 #: Every command, in the order ``--help`` lists them, with its one-line help. The module
 #: ``sglang_moe_plugins.cli.<name>`` defines ``add_arguments(parser)``, which sets ``func`` (the runner).
@@ -69,9 +72,68 @@ class CommandParser(Parser):
         return super().format_help()
 
 
+def _table_releases() -> list[str]:
+    """The SGLang releases of the version table: the keys of ``KNOWN_TARGETS`` in
+    ``integrations/sglang/version_table.py``, read with ``ast``. Importing that module goes through its package,
+    which imports the hooks, and torch with them."""
+    import ast
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "integrations" / "sglang" / "version_table.py"
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        target: ast.expr
+        if isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign):
+            target, value = node.targets[0], node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id == "KNOWN_TARGETS" and isinstance(value, ast.Dict):
+            return [k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    raise RuntimeError(f"{path} has no KNOWN_TARGETS dict literal: the release table moved")
+
+
+def version_text() -> str:
+    """``--version``: this package's version; the installed SGLang and whether the release table knows it.
+    Reads installed metadata only: imports neither torch nor SGLang."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .._version import __version__
+
+    try:
+        sglang = version("sglang")
+    except PackageNotFoundError:
+        return f"sglang-moe-plugins {__version__}\nsglang: not installed (nothing to hook)"
+    releases = _table_releases()
+    table = f"the release table has {releases[0]} to {releases[-1]}" if releases else "the release table is empty"
+    if sglang.split("+", 1)[0] in releases:  # a local build (0.5.23+cu129) is its release, as the hooks read it
+        status = f"a known release ({table})"
+    else:
+        status = (
+            f"not a release of the table ({table}); `sglang-moe-plugins doctor` says whether it is hooked "
+            "(a newer release is where its functions have the newest release's signatures)"
+        )
+    return f"sglang-moe-plugins {__version__}\nsglang {sglang}: {status}"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`version_text` and exit 0 (computed only when asked, unlike argparse's own)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None) -> None:
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line. Cheap: no command module is imported until its command is parsed."""
     parser = Parser(prog="sglang-moe-plugins", description="Inspect, debug and measure MoE kernel plugin selection.")
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="print the package version, the installed SGLang release and whether the release table knows it",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     for name, help_text in COMMANDS.items():
         sub.add_parser(name, help=help_text, command=name)
