@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Set up this checkout on a fresh machine and run the demo or the tests.
 #   ./dev.sh demo      SGLang's real load_plugins() + hooked MoE functions on the embedded model catalog
+#   ./dev.sh demo-all  the demo on sglang 0.5.23 (.venv), then on each older release of $OLD_SGLANG
 #   ./dev.sh test      the test suite on sglang 0.5.23 (CPU; GPU tests skip without CUDA), then the SGLang
 #                      integration tests (marker `sglang`) again on each older release of $OLD_SGLANG
-#                      (0.5.19: the masked crash releases; 0.5.20: the first with the compact-layout guard)
-#   ./dev.sh test-old  only the SGLang integration tests on the releases of $OLD_SGLANG
+#                      (0.5.19: the masked crash releases; 0.5.20: the first with the compact-layout guard).
+#                      The suite runs the demo on 0.5.23 and on each of those releases (tests/test_demo_releases.py)
+#   ./dev.sh test-old  only the SGLang integration tests on the releases of $OLD_SGLANG (not the demo)
 #   ./dev.sh lint      ruff format --check, ruff check and mypy (pyproject.toml's [tool.ruff] and [tool.mypy])
 #   ./dev.sh setup     only create .venv with sglang==0.5.23, this package (extras sglang, test, lint) and the example plugin,
 #                      and .venv-sglang-<release> for each of $OLD_SGLANG (CONTRIBUTING.md, "The older SGLang environments")
@@ -54,11 +56,26 @@ setup_old() {
 }
 
 # The SGLang integration tests (marker sglang) on each older release of $OLD_SGLANG; non-zero if any failed.
+# Without tests/test_demo_releases.py: the suite's run on .venv starts the demo in each of these environments
+# itself (once per release in CI; the demo costs about 40 s of CPU per release).
 test_old() {
     local release rc=0
     for release in $OLD_SGLANG; do
         echo "== SGLang integration tests on sglang $release (.venv-sglang-$release)"
-        ".venv-sglang-$release/bin/python" -m pytest "${pytest_args[@]}" -m sglang tests "$@" || rc=$?
+        ".venv-sglang-$release/bin/python" -m pytest "${pytest_args[@]}" -m sglang \
+            --ignore=tests/test_demo_releases.py tests "$@" || rc=$?
+    done
+    return $rc
+}
+
+# The demo on .venv, then on each older release of $OLD_SGLANG; non-zero if it failed on any.
+demo_all() {
+    local release rc=0
+    echo "== demo on $("$VENV/bin/python" -c "import importlib.metadata as m; print('sglang', m.version('sglang'))") ($VENV)"
+    "$VENV/bin/python" -m sglang_moe_plugins.demo "$@" || rc=$?
+    for release in $OLD_SGLANG; do
+        echo "== demo on sglang $release (.venv-sglang-$release)"
+        ".venv-sglang-$release/bin/python" -m sglang_moe_plugins.demo "$@" || rc=$?
     done
     return $rc
 }
@@ -76,6 +93,7 @@ pytest_args=(-q -p no:cacheprovider)
 case "${1:-test}" in
     setup) setup ;;
     demo) setup; shift; exec "$VENV/bin/python" -m sglang_moe_plugins.demo "$@" ;;
+    demo-all) setup; shift; demo_all "$@" ;;
     test)
         setup; shift || true
         rc=0
@@ -84,5 +102,5 @@ case "${1:-test}" in
         exit $rc ;;
     test-old) setup; shift; test_old "$@" ;;
     lint) setup; lint ;;
-    *) echo "usage: ./dev.sh [setup|demo|test|test-old|lint]" >&2; exit 2 ;;
+    *) echo "usage: ./dev.sh [setup|demo|demo-all|test|test-old|lint]" >&2; exit 2 ;;
 esac
