@@ -6,7 +6,7 @@ File format (every table optional)::
     on_config_error = "closed"           # "closed": an invalid config makes every hooked call raise it;
                                          # "stock": the package is off and SGLang runs its own code
     allow = ["my_kernels"]               # third-party plugins (entry-point names) that may load; unset: all
-    stock = ["mega_moe"]                 # ops left unhooked: SGLang's own function runs them
+    stock = ["mega_moe"]                 # ops left unhooked: SGLang's own function runs them ("all": every op)
     masked_layout = "measured"           # or "sglang": SGLang's activation guard decides the layout alone
     debug = false                        # check every call's outputs, not only the first per shape key
     disable = ["jit_ep"]                 # never select these
@@ -27,11 +27,13 @@ Environment:
 - ``SGLANG_MOE_PLUGINS_DISABLE=a,b``: adds to ``disable``. Names not installed on this host are a warning
   (one config may serve a mixed fleet); names in ``enable``, ``force``, ``priority`` and ``options`` must exist.
 - ``SGLANG_MOE_PLUGINS_ALLOW=a,b``: replaces ``allow`` (the third-party plugins that may load).
-- ``SGLANG_MOE_PLUGINS_STOCK=op,op``: adds to ``stock`` (ops left to SGLang's own function).
-- ``SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR=closed|stock``: sets ``on_config_error``.
-- ``SGLANG_MOE_PLUGINS_MASKED_LAYOUT=measured|sglang``: sets ``masked_layout``.
-- ``SGLANG_MOE_PLUGINS_STRICT=1``: sets ``strict``.
-- ``SGLANG_MOE_PLUGINS_DEBUG=1``: sets ``debug``.
+- ``SGLANG_MOE_PLUGINS_STOCK=op,op`` (or ``all``): adds to ``stock``; wins over the file's ``force`` of those ops
+  (a warning). ``register()`` reads it through :func:`stock_rollback` (.config_file), which never fails closed.
+- ``SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR=closed|stock``, ``SGLANG_MOE_PLUGINS_MASKED_LAYOUT=measured|sglang``:
+  set ``on_config_error``, ``masked_layout``. ``SGLANG_MOE_PLUGINS_STRICT=1``, ``..._DEBUG=1``: ``strict``, ``debug``.
+- ``SGLANG_MOE_PLUGINS_REQUIRE_KNOWN_SGLANG=1``: read by ``integrations/sglang/versions.py``, checked here.
+- :data:`KNOWN_ENV` names every variable the package reads (others: :func:`unknown_env_warnings`). Booleans take
+  1/0, true/false, yes/no, on/off; another word is a ConfigError.
 - SGLang's older switches are translated (and reported by ``doctor``/``list``):
   ``SGLANG_OPT_USE_JIT_EP_ACTIVATION=0`` disables ``jit_ep``;
   ``SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_FP4_ACTS=1`` or ``SGLANG_OPT_DEEPGEMM_MEGA_MOE_USE_MXF4_KIND=1``
@@ -41,7 +43,9 @@ The file must be a regular file of at most :data:`MAX_CONFIG_BYTES` (a FIFO, dev
 without being opened), UTF-8 (a BOM is accepted); ``~`` in the path is expanded.
 
 This module only parses and checks the form. Plugin names are checked against the registry when the
-configuration is applied (:meth:`UserConfig.check_names`), with errors that list the valid names.
+configuration is applied (:meth:`UserConfig.check_names`), with errors that list the valid names and the
+closest one; contradictions (``force`` of a ``stock`` op or of a disabled plugin, a plugin both enabled and
+disabled) are errors naming both keys.
 """
 
 from __future__ import annotations
@@ -51,23 +55,42 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .config_file import CONFIG_ENV, MAX_CONFIG_BYTES, config_path as _config_path, parse_file as _parse_file
-from .config_legacy import (
-    LEGACY_ENV,
-    translate_legacy,
+from .config_file import (
+    CONFIG_ENV,
+    MAX_CONFIG_BYTES,
+    StockRollback,
+    config_error_policy,
+    config_path as _config_path,
+    parse_file as _parse_file,
+    stock_rollback,
+    unknown_stock_op,
 )
+from .config_legacy import LEGACY_ENV, translate_legacy
 from .config_values import (
     _FALSE,
     _INT64,
+    ALLOW_ENV,
+    DEBUG_ENV,
+    DISABLE_ENV,
+    KNOWN_ENV,
     MASKED_LAYOUT_CHOICES,
+    MASKED_LAYOUT_ENV,
     ON_CONFIG_ERROR_CHOICES,
+    ON_CONFIG_ERROR_ENV,
+    REQUIRE_KNOWN_ENV,
+    STOCK_ALL,
+    STOCK_ENV,
+    STRICT_ENV,
     _env_flag,
+    _expand_all,
     _frozen,
     _hashable,
     _masked_layout,
     _names,
     _policy,
     _string_list,
+    did_you_mean,
+    unknown_env_warnings,
 )
 from .errors import ConfigError
 from .priority_rules import PriorityRule, check_priority_rules, parse_priority_rules
@@ -79,6 +102,9 @@ __all__ = [
     "DEBUG_ENV",
     "ALLOW_ENV",
     "STOCK_ENV",
+    "STOCK_ALL",
+    "REQUIRE_KNOWN_ENV",
+    "KNOWN_ENV",
     "ON_CONFIG_ERROR_ENV",
     "ON_CONFIG_ERROR_CHOICES",
     "MASKED_LAYOUT_ENV",
@@ -86,19 +112,15 @@ __all__ = [
     "MAX_CONFIG_BYTES",
     "config_error_policy",
     "LEGACY_ENV",
+    "StockRollback",
     "UserConfig",
+    "did_you_mean",
     "load_config",
     "parse_config",
+    "stock_rollback",
     "strict_requested",
+    "unknown_env_warnings",
 ]
-
-DISABLE_ENV = "SGLANG_MOE_PLUGINS_DISABLE"
-STRICT_ENV = "SGLANG_MOE_PLUGINS_STRICT"
-DEBUG_ENV = "SGLANG_MOE_PLUGINS_DEBUG"
-ALLOW_ENV = "SGLANG_MOE_PLUGINS_ALLOW"
-STOCK_ENV = "SGLANG_MOE_PLUGINS_STOCK"
-ON_CONFIG_ERROR_ENV = "SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR"
-MASKED_LAYOUT_ENV = "SGLANG_MOE_PLUGINS_MASKED_LAYOUT"
 
 _TOP_KEYS = (
     "strict",
@@ -127,7 +149,7 @@ class UserConfig:
     on_config_error: str = "closed"
     #: Third-party plugins (entry-point names) that may load; None: every installed one. Built-ins always may.
     allow: frozenset[str] | None = None
-    #: Ops left unhooked: SGLang's own function runs them.
+    #: Ops left unhooked: SGLang's own function runs them (``"all"``: every op; :func:`load_config` expands it).
     stock: frozenset[str] = frozenset()
     #: Who decides whether an activation-guarded config may take the masked layout (:data:`MASKED_LAYOUT_CHOICES`).
     masked_layout: str = "measured"
@@ -142,6 +164,8 @@ class UserConfig:
     provenance: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
     notes: tuple[str, ...] = ()
     source: str | None = None
+    #: Settings that were not applied, one line each (``force`` of an op that the environment left ``stock``).
+    warnings: tuple[str, ...] = ()
 
     def __hash__(self) -> int:
         # By value, as equality is: the mappings (and option values such as lists) are frozen first.
@@ -162,27 +186,50 @@ class UserConfig:
         for key, names in (("disable", self.disable), ("allow", self.allow or ())):
             for name in sorted(set(names) - installed):
                 origin = self.provenance.get(f"{key}:{name}", f"{key}{where}")
-                warnings.append(f"{key} names plugin {name!r} ({origin}), which is not installed here; ignored")
+                warnings.append(
+                    f"{key} names plugin {name!r} ({origin}), which is not installed here; ignored"
+                    + did_you_mean(name, installed)
+                )
         for key, entries in (("enable", self.enable), ("priority", self.priority), ("options", self.options)):
             for name in sorted(entries):
                 if name not in plugins:
                     origin = self.provenance.get(f"{key}:{name}", f"{key}{where}")
-                    raise ConfigError(f"unknown plugin {name!r} ({origin}); valid plugins: {valid}")
+                    raise ConfigError(
+                        f"unknown plugin {name!r} ({origin}); valid plugins: {valid}{did_you_mean(name, plugins)}"
+                    )
         both = sorted(self.disable & self.enable)
         if both:
+            name = both[0]
+            enabled = self.provenance.get(f"enable:{name}", f"enabled by 'enable'{where}")
+            disabled = self.provenance.get(f"disable:{name}", f"disabled by 'disable'{where}")
             raise ConfigError(
-                f"plugin {both[0]!r} is both enabled and disabled{where}; remove it from one of the lists"
+                f"plugin {name!r} is both enabled and disabled ({enabled}; {disabled}); remove it from one of them"
             )
         op_names = sorted(ops)
-        for op in sorted(self.stock):
+        for op in sorted(self.stock - {STOCK_ALL}):
             if op not in op_names:
                 origin = self.provenance.get(f"stock:{op}", f"stock{where}")
-                raise ConfigError(f"unknown op {op!r} ({origin}); valid ops: {', '.join(op_names)}")
+                error = unknown_stock_op(op, origin, op_names)
+                raise ConfigError(
+                    f"{error}{'' if error.endswith('?') else '.'} At SGLang start-up an unknown op in stock leaves "
+                    "every op to SGLang (nothing is hooked; never failing closed)"
+                )
+        stock = set(op_names) if STOCK_ALL in self.stock else self.stock
         for op, name in sorted(self.force.items()):
             if op not in op_names:
-                raise ConfigError(f"unknown op {op!r} in force{where}; valid ops: {', '.join(op_names)}")
+                raise ConfigError(
+                    f"unknown op {op!r} in force{where}; valid ops: {', '.join(op_names)}{did_you_mean(op, op_names)}"
+                )
             if name not in plugins:
-                raise ConfigError(f"unknown plugin {name!r} in force.{op}{where}; valid plugins: {valid}")
+                raise ConfigError(
+                    f"unknown plugin {name!r} in force.{op}{where}; valid plugins: {valid}{did_you_mean(name, plugins)}"
+                )
+            if op in stock:
+                origin = self.provenance.get(f"stock:{op}", self.provenance.get(f"stock:{STOCK_ALL}", f"stock{where}"))
+                raise ConfigError(
+                    f"force.{op} = {name!r}{where} contradicts stock ({origin}): a stock op runs SGLang's own "
+                    f"function, a forced one only plugin {name!r}; remove {op!r} from one of them"
+                )
             if plugins[name] != op:
                 raise ConfigError(
                     f"force.{op} = {name!r}{where}, but plugin {name!r} implements op {plugins[name]!r}; "
@@ -203,7 +250,9 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConf
     where = f" in {source}" if source else ""
     unknown = sorted(set(data) - set(_TOP_KEYS))
     if unknown:
-        raise ConfigError(f"unknown key {unknown[0]!r}{where}; valid keys: {', '.join(_TOP_KEYS)}")
+        raise ConfigError(
+            f"unknown key {unknown[0]!r}{where}; valid keys: {', '.join(_TOP_KEYS)}{did_you_mean(unknown[0], _TOP_KEYS)}"
+        )
     strict = data.get("strict", False)
     if not isinstance(strict, bool):
         raise ConfigError(f"strict{where} must be true or false, got {strict!r}")
@@ -284,9 +333,19 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
             f"{ALLOW_ENV}={env[ALLOW_ENV]!r}: third-party plugins allowed: {', '.join(sorted(allow)) or 'none'}"
         )
     stock = set(config.stock)
+    from_env: set[str] = set()
     for op in _names(env.get(STOCK_ENV, "")):
         stock.add(op)
+        from_env.add(op)
         provenance[f"stock:{op}"] = f"left to SGLang by {STOCK_ENV}"
+    force = dict(config.force)
+    warnings = []
+    # The environment's rollback wins over the file's force (a warning); the file's own contradiction is an error.
+    for op in sorted(set(force) & _expand_all(from_env) - _expand_all(set(config.stock))):
+        warnings.append(
+            f"force.{op} = {force.pop(op)!r} in {config.source} is ignored: op {op!r} is stock ({STOCK_ENV}), so "
+            "SGLang's own function runs it"
+        )
     on_config_error = config.on_config_error
     if env.get(ON_CONFIG_ERROR_ENV, "").strip():
         on_config_error = _policy(env[ON_CONFIG_ERROR_ENV].strip().lower(), ON_CONFIG_ERROR_ENV)
@@ -300,6 +359,8 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
     if _env_flag(env, DEBUG_ENV):
         debug = True
         notes.append(f"{DEBUG_ENV}=1 -> debug = true (every call's outputs are checked)")
+    if _env_flag(env, REQUIRE_KNOWN_ENV):  # read by integrations/sglang/versions.py; its value is checked here
+        notes.append(f"{REQUIRE_KNOWN_ENV}=1 -> only SGLang releases of the version table are hooked")
 
     translate_legacy(env, _env_flag, disable, enable, priority, provenance, notes)
     return UserConfig(
@@ -307,17 +368,18 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
         debug=debug,
         on_config_error=on_config_error,
         allow=allow,
-        stock=frozenset(stock),
+        stock=_expand_all(stock),
         masked_layout=masked_layout,
         disable=frozenset(disable),
         enable=frozenset(enable),
         priority=_frozen(priority),
-        force=config.force,
+        force=_frozen(force),
         options=config.options,
         priority_rules=config.priority_rules,
         provenance=_frozen(provenance),
         notes=tuple(notes),
         source=config.source,
+        warnings=tuple(warnings),
     )
 
 
@@ -335,23 +397,3 @@ def strict_requested(env: Mapping[str, str] | None = None) -> bool:
         return load_config(env).strict
     except ConfigError:
         return False
-
-
-def config_error_policy(env: Mapping[str, str] | None = None) -> str:
-    """What an invalid configuration does: ``"closed"`` (the default) or ``"stock"``.
-
-    ``SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR``, else the file's ``on_config_error`` where the file can be read
-    and that key is valid; anything unreadable or invalid means ``"closed"``: a mistake fails closed.
-    """
-    env = os.environ if env is None else env
-    raw = env.get(ON_CONFIG_ERROR_ENV, "").strip().lower()
-    if raw:
-        return raw if raw in ON_CONFIG_ERROR_CHOICES else "closed"
-    path = _config_path(env)
-    if not path:
-        return "closed"
-    try:
-        value = _parse_file(path, CONFIG_ENV).get("on_config_error", "closed")
-    except ConfigError:
-        return "closed"
-    return value if value in ON_CONFIG_ERROR_CHOICES else "closed"

@@ -1,4 +1,6 @@
-"""Reading the configuration file safely: a regular file of bounded size, UTF-8 (BOM accepted), TOML.
+"""Reading the configuration file safely: a regular file of bounded size, UTF-8 (BOM accepted), TOML; and the
+two settings that SGLang's start-up reads even when the rest of the configuration is invalid: what an invalid
+configuration does (:func:`config_error_policy`) and the rollback switch ``stock`` (:func:`stock_rollback`).
 
 A path that is not a regular file (FIFO, device, socket) is refused before it is opened: opening a FIFO
 blocks until a writer comes, and a device such as ``/dev/zero`` never ends.
@@ -9,14 +11,34 @@ from __future__ import annotations
 import os
 import stat
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from .config_values import (
+    CONFIG_ENV,
+    ON_CONFIG_ERROR_CHOICES,
+    ON_CONFIG_ERROR_ENV,
+    STOCK_ALL,
+    STOCK_ENV,
+    _names,
+    _string_list,
+    did_you_mean,
+)
 from .errors import ConfigError
 
-__all__ = ["CONFIG_ENV", "MAX_CONFIG_BYTES", "config_path", "read_file", "parse_file"]
+__all__ = [
+    "CONFIG_ENV",
+    "MAX_CONFIG_BYTES",
+    "StockRollback",
+    "config_path",
+    "config_error_policy",
+    "read_file",
+    "parse_file",
+    "stock_rollback",
+    "unknown_stock_op",
+]
 
-CONFIG_ENV = "SGLANG_MOE_PLUGINS_CONFIG"
 #: Largest configuration file read (bytes); a larger one is a ConfigError.
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -75,3 +97,64 @@ def parse_file(path: str, origin: str) -> dict[str, Any]:
 def config_path(env: Mapping[str, str]) -> str:
     path = env.get(CONFIG_ENV, "").strip()
     return os.path.expanduser(path) if path else ""
+
+
+def config_error_policy(env: Mapping[str, str] | None = None) -> str:
+    """What an invalid configuration does: ``"closed"`` (the default) or ``"stock"``.
+
+    ``SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR``, else the file's ``on_config_error`` where the file can be read
+    and that key is valid; anything unreadable or invalid means ``"closed"``: a mistake fails closed.
+    """
+    env = os.environ if env is None else env
+    raw = env.get(ON_CONFIG_ERROR_ENV, "").strip().lower()
+    if raw:
+        return raw if raw in ON_CONFIG_ERROR_CHOICES else "closed"
+    path = config_path(env)
+    if not path:
+        return "closed"
+    try:
+        value = parse_file(path, CONFIG_ENV).get("on_config_error", "closed")
+    except ConfigError:
+        return "closed"
+    return value if value in ON_CONFIG_ERROR_CHOICES else "closed"
+
+
+def unknown_stock_op(op: str, origin: str, op_names: Iterable[str]) -> str:
+    """The error for an unknown op in ``stock``, with the valid ones and the closest."""
+    op_names = sorted(op_names)
+    return f"unknown op {op!r} ({origin}); valid ops: {', '.join(op_names)}, or {STOCK_ALL!r}" + did_you_mean(
+        op, [*op_names, STOCK_ALL]
+    )
+
+
+@dataclass(frozen=True)
+class StockRollback:
+    """The ops ``register()`` leaves unhooked, read from every source that can be read (:func:`stock_rollback`)."""
+
+    ops: frozenset[str]
+    #: One line per unknown op name (then ``ops`` is every op: an unknown name never fails closed).
+    errors: tuple[str, ...] = ()
+
+
+def stock_rollback(ops: Iterable[str], env: Mapping[str, str] | None = None) -> StockRollback:
+    """The rollback switch as SGLang's start-up honours it, whatever else the configuration says.
+
+    ``SGLANG_MOE_PLUGINS_STOCK`` always; the file's ``stock`` key whenever the file parses as TOML and the key is
+    a list of op names, also when other keys of the file are wrong. ``all`` is every op of ``ops``; so is an
+    unknown name, with one error line naming it (a rollback never makes things worse than SGLang's own code)."""
+    env = os.environ if env is None else env
+    valid = sorted(ops)
+    origins: dict[str, str] = {}
+    path = config_path(env)
+    if path:
+        try:
+            names = _string_list(parse_file(path, CONFIG_ENV).get("stock", []), "stock", "", "op names")
+        except ConfigError:  # unreadable, not TOML, or the key malformed: its ConfigError names it
+            names = frozenset()
+        origins.update((name, f"'stock' in {path}") for name in sorted(names))
+    origins.update((name, STOCK_ENV) for name in _names(env.get(STOCK_ENV, "")))
+    unknown = [name for name in origins if name != STOCK_ALL and name not in valid]
+    if unknown or STOCK_ALL in origins:
+        errors = tuple(unknown_stock_op(n, f"left to SGLang by {origins[n]}", valid) for n in unknown)
+        return StockRollback(frozenset(valid), errors)
+    return StockRollback(frozenset(origins))

@@ -1,16 +1,35 @@
 """Parsing helpers of the user configuration (:mod:`.config`): the checks of single values from the file and
-the environment (name lists, choices, 64-bit priorities, boolean switches) and the frozen mappings of
+the environment (name lists, choices, 64-bit priorities, boolean switches: every boolean variable is read by
+:func:`_env_flag`), the closest known name for a name error (:func:`did_you_mean`) and the frozen mappings of
 :class:`.config.UserConfig`; the public names are importable from :mod:`.config`."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+import difflib
+import os
+from collections.abc import Hashable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["ON_CONFIG_ERROR_CHOICES", "MASKED_LAYOUT_CHOICES"]
+__all__ = [
+    "ON_CONFIG_ERROR_CHOICES",
+    "MASKED_LAYOUT_CHOICES",
+    "CONFIG_ENV",
+    "DISABLE_ENV",
+    "STRICT_ENV",
+    "DEBUG_ENV",
+    "ALLOW_ENV",
+    "STOCK_ENV",
+    "STOCK_ALL",
+    "ON_CONFIG_ERROR_ENV",
+    "MASKED_LAYOUT_ENV",
+    "REQUIRE_KNOWN_ENV",
+    "KNOWN_ENV",
+    "did_you_mean",
+    "unknown_env_warnings",
+]
 
 #: ``closed``: hooks installed, every hooked call raises the error; ``stock``: no hooks, SGLang's own code runs.
 ON_CONFIG_ERROR_CHOICES = ("closed", "stock")
@@ -61,7 +80,16 @@ def _masked_layout(value: Any, origin: str) -> str:
     return str(value)
 
 
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the choice closest to ``name`` (difflib's ratio, at least 0.6), else ``""``:
+    appended to every name error, after the list of valid names."""
+    close = difflib.get_close_matches(name, sorted(set(choices) - {name}), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def _env_flag(env: Mapping[str, str], name: str) -> bool | None:
+    """The boolean variable ``name`` of ``env``: None when unset; an unknown word is a ConfigError naming the
+    variable, the value and the words allowed. Every boolean variable of the package is read here."""
     raw = env.get(name)
     if raw is None:
         return None
@@ -75,3 +103,62 @@ def _env_flag(env: Mapping[str, str], name: str) -> bool | None:
 
 def _names(raw: str) -> list[str]:
     return [n.strip() for n in raw.split(",") if n.strip()]
+
+
+CONFIG_ENV = "SGLANG_MOE_PLUGINS_CONFIG"
+DISABLE_ENV = "SGLANG_MOE_PLUGINS_DISABLE"
+STRICT_ENV = "SGLANG_MOE_PLUGINS_STRICT"
+DEBUG_ENV = "SGLANG_MOE_PLUGINS_DEBUG"
+ALLOW_ENV = "SGLANG_MOE_PLUGINS_ALLOW"
+STOCK_ENV = "SGLANG_MOE_PLUGINS_STOCK"
+ON_CONFIG_ERROR_ENV = "SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR"
+MASKED_LAYOUT_ENV = "SGLANG_MOE_PLUGINS_MASKED_LAYOUT"
+REQUIRE_KNOWN_ENV = "SGLANG_MOE_PLUGINS_REQUIRE_KNOWN_SGLANG"
+#: In ``stock``: every op.
+STOCK_ALL = "all"
+
+#: Every ``SGLANG_MOE_PLUGINS_*`` variable the package (and its test suite) reads, and what it does; any other
+#: one is a warning naming the closest of these (:func:`unknown_env_warnings`).
+KNOWN_ENV: Mapping[str, str] = _frozen(
+    {
+        CONFIG_ENV: "the TOML configuration file",
+        DISABLE_ENV: "plugins added to disable",
+        ALLOW_ENV: "the third-party plugins that may load (replaces allow)",
+        STOCK_ENV: "ops left to SGLang's own function (or all)",
+        ON_CONFIG_ERROR_ENV: "what an invalid configuration does: closed or stock",
+        MASKED_LAYOUT_ENV: "who decides the masked layout: measured or sglang",
+        STRICT_ENV: "strict = true (boolean)",
+        DEBUG_ENV: "debug = true (boolean)",
+        REQUIRE_KNOWN_ENV: "hook only SGLang releases of the version table (boolean)",
+        "SGLANG_MOE_PLUGINS_ENABLE": "plugins added to enable (set by --moe-plugins-enable: server_args.py)",
+        "SGLANG_MOE_PLUGINS_FORCE": "[force] as op=plugin pairs (set by --moe-plugins-force: server_args.py)",
+        "SGLANG_MOE_PLUGINS_PRIORITY": "[priority] as plugin=N pairs (set by --moe-plugins-priority: server_args.py)",
+        "SGLANG_MOE_PLUGINS_COMMIT": "benchmarks: the commit recorded where the tree has no .git",
+        "SGLANG_MOE_PLUGINS_WHEEL_CACHE": "the test suite: where downloaded SGLang and DeepGEMM wheels are kept",
+    }
+)
+#: Variables checked against :data:`KNOWN_ENV` start with this (``SGLANG_MOE_PLUGIN_X`` is a typo too).
+_ENV_PREFIX = "SGLANG_MOE_PLUGIN"
+
+
+def unknown_env_warnings(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """One line per ``SGLANG_MOE_PLUGIN*`` variable of ``env`` that is not in :data:`KNOWN_ENV`, naming the closest
+    known one."""
+    env = os.environ if env is None else env
+    suffixes = {name.removeprefix(_ENV_PREFIX + "S_"): name for name in KNOWN_ENV}
+    out = []
+    for name in sorted(n for n in env if n.startswith(_ENV_PREFIX) and n not in KNOWN_ENV):
+        rest = name.removeprefix(_ENV_PREFIX).removeprefix("S").removeprefix("_")
+        close = difflib.get_close_matches(rest, list(suffixes), n=1, cutoff=0.5)
+        hint = f"did you mean {suffixes[close[0]]}?" if close else f"known: {', '.join(sorted(KNOWN_ENV))}"
+        out.append(f"environment variable {name} is not one sglang-moe-plugins reads; ignored; {hint}")
+    return tuple(out)
+
+
+def _expand_all(names: set[str]) -> frozenset[str]:
+    """``names`` with ``all`` replaced by every op (an unknown name stays: the registry names it)."""
+    if STOCK_ALL not in names:
+        return frozenset(names)
+    from .ops import OPS  # at call time: the op specs import no torch, and this module stays below them
+
+    return frozenset(names - {STOCK_ALL}) | frozenset(OPS)

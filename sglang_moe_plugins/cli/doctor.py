@@ -1,5 +1,7 @@
 """``sglang-moe-plugins doctor``: host versions, configuration, hooks applied or not and why, one probe call
-per available plugin. Exit status 1 when it lists a problem."""
+per available plugin. Exit status 1 when it lists a problem; every configuration warning is one (an unknown
+``SGLANG_MOE_PLUGINS_*`` variable, a name in ``disable`` or ``allow`` not installed here, a ``force`` ignored for
+a ``stock`` op, an unknown op in ``stock``)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import Any
 
 from .._version import CONTRACT_VERSION, __version__
+from ..config import stock_rollback, unknown_env_warnings
+from ..errors import ConfigError
 from ..hardware import local_platform
+from ..ops import OPS
 from .health import forced_here_warnings, load_registry, platform_findings, quiet_host_import, stock_lines
 from .util import emit
 
@@ -22,7 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Exit status: 1 when it lists a problem (among them: the configuration cannot be loaded, or under "
         "strict the plugin registry cannot be built, so every hooked call would raise; a plugin that cannot "
-        "load; an op no enabled plugin can run here); 0 otherwise. Warnings do not change it."
+        "load; an op no enabled plugin can run here; every configuration warning: an unknown SGLANG_MOE_PLUGINS_* "
+        "variable, a name in disable or allow not installed here, an unknown op in stock); 0 otherwise. The other "
+        "warnings (a pure-torch plugin first on a GPU, a third-party plugin above the built-ins) do not change it."
     )
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
@@ -105,6 +112,21 @@ def _self_check(registry: Any) -> tuple[list[dict[str, str]], list[str]]:
     return rows, problems
 
 
+def _config_warnings(registry: Any) -> list[str]:
+    """The configuration's warnings: settings not applied, and the names ``check_names`` warns about (as the
+    registry was built: plugins installed here but not loaded are known names)."""
+    from ..core.discovery import config_for_check
+
+    config = registry.config
+    names = {r.name: r.op for r in registry.records()}
+    absent = ({n.entry_point for n in registry.not_loaded} | {p.entry_point for p in registry.problems}) - set(names)
+    try:
+        found = config_for_check(config, absent).check_names(names, OPS, known=absent)
+    except ConfigError as exc:  # the registry was built with it, so this is not expected; shown, not raised
+        found = (f"configuration error: {exc}",)
+    return [*config.warnings, *found]
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     with quiet_host_import():  # SGLang's import-time AWQ / GGUF UserWarnings are not this report's business
         return _doctor(args)
@@ -154,6 +176,14 @@ def _doctor(args: argparse.Namespace) -> int:
     registry = loaded.registry
     problems: list[str] = list(loaded.problems)
     warnings: list[str] = []
+    rollback = stock_rollback(OPS)  # what SGLang's start-up leaves unhooked, whatever else the configuration says
+    problems += [
+        f"{error}{'' if error.endswith('?') else '.'} At SGLang start-up this leaves every op to SGLang (nothing is "
+        "hooked; never failing closed)"
+        for error in rollback.errors
+        if not any(error in p for p in problems)  # the configuration error already says it
+    ]
+    problems += unknown_env_warnings()
     if registry is not None:
         config = registry.config
         report["config"] = {
@@ -171,6 +201,7 @@ def _doctor(args: argparse.Namespace) -> int:
         report["not loaded"] = [n.describe() for n in registry.not_loaded]
         report["stock"] = stock_lines(registry)
         if not loaded.failed:  # under strict the registry error above already lists its problems
+            problems += _config_warnings(registry)
             problems += forced_here_warnings(registry)
             problems += [p.describe() for p in registry.problems]
             found, notes = platform_findings(registry, local_platform())
@@ -187,7 +218,7 @@ def _doctor(args: argparse.Namespace) -> int:
         problems.append(f"SGLANG_PLUGINS={allow!r} does not include 'moe_plugins': SGLang will not load the hooks")
     report["host kernels"] = host_kernels_source() or "unavailable (jit_ep and fp8_fallback cannot run)"
     hooks: list[dict[str, Any]] = []
-    stock_ops = registry.config.stock if registry is not None else frozenset()
+    stock_ops = rollback.ops
     if report["versions"]["sglang"] != "not installed" and not args.no_hooks:
         from ..integrations.sglang import hook_status, version_case
 

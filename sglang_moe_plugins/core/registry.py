@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..config import UserConfig
+from ..config_values import did_you_mean
 from ..errors import ConfigError, PluginValidationError
 from ..log import get_logger
 from ..ops import OPS
@@ -368,7 +369,9 @@ class Registry:
             return self._by_name[name]
         except KeyError:
             valid = ", ".join(sorted(self._by_name)) or "(none registered)"
-            raise KeyError(f"no plugin named {name!r}; registered plugins: {valid}") from None
+            raise KeyError(
+                f"no plugin named {name!r}; registered plugins: {valid}{did_you_mean(name, self._by_name)}"
+            ) from None
 
     def names(self) -> tuple[str, ...]:
         return tuple(r.name for r in self._records)

@@ -20,20 +20,21 @@ can run (a forced plugin that cannot run it included) raises NoPluginAvailableEr
 the ops do not model by design go to SGLang's original function, logged once per kind
 (``gemm1_alpha`` / ``gemm1_clamp_limit``, ``masked_m=None``, MegaMoE calls the adapter leaves to SGLang).
 An invalid configuration installs hooks that raise the configuration error (``on_config_error = "closed"``,
-the default), or no hooks at all (``"stock"``); ops named in ``stock`` are never hooked.
+the default), or no hooks at all (``"stock"``); ops named in ``stock`` are never hooked, from every source that
+can be read (the environment always, the file's key when the file parses; :func:`..config.stock_rollback`), and
+``all`` or an unknown op there hooks nothing (an unknown op is one ERROR line, never failing closed).
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from ... import api
-from ...config import ON_CONFIG_ERROR_ENV, STOCK_ENV, config_error_policy
+from ...config import ON_CONFIG_ERROR_ENV, STOCK_ENV, config_error_policy, stock_rollback, unknown_env_warnings
 from ...counters import EventCounter, counter
 from ...errors import ConfigError, MoEPluginsError
 from ...log import LogOnce, get_logger
@@ -69,15 +70,31 @@ def register() -> None:
     the hooks are installed and every hooked call raises that error, so a server's warm-up stops at once
     with the cause. ``on_config_error = "stock"`` (or ``SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR=stock``)
     turns the package off instead: one ERROR line, no hooks, SGLang runs its own code. Ops named in
-    ``stock`` (``SGLANG_MOE_PLUGINS_STOCK``) are not hooked at all (with an invalid configuration, the
-    environment variable still counts).
+    ``stock`` (``SGLANG_MOE_PLUGINS_STOCK``, or the file's key) are not hooked at all, also with an invalid
+    configuration; ``all``, or an op name that does not exist (one ERROR line), leaves every op to SGLang.
     """
     global _last_checks, _registered, _stock, _hooked
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    for warning in unknown_env_warnings():
+        logger.warning("sglang-moe-plugins: %s", warning)
+    rollback = stock_rollback(OPS)  # honoured whatever else the configuration says: never worse than SGLang's code
+    stock = rollback.ops
+    every = stock >= frozenset(OPS)
+    if rollback.errors:
+        logger.error(
+            "sglang-moe-plugins: stock names an op that does not exist, so every op is left to SGLang, as with %s=all: "
+            "nothing is hooked and SGLang runs its own code (an unknown op in stock never fails closed): %s",
+            STOCK_ENV,
+            " / ".join(rollback.errors),
+        )
+    elif every:
+        logger.warning("sglang-moe-plugins: every op is stock: nothing is hooked, SGLang runs its own code")
     failing = None
+    config = None
     try:
-        selector = api.get_selector()  # validates the user config now, not on the first MoE call
+        if not every:  # with every op stock nothing is hooked, and the plugins are not loaded
+            config = api.get_selector().registry.config  # validates the user config now, not on the first MoE call
     except (KeyboardInterrupt, GeneratorExit):
         raise
     except BaseException as exc:  # noqa: BLE001 - ConfigError, a strict registry, or anything else start-up raised
@@ -103,12 +120,11 @@ def register() -> None:
             ON_CONFIG_ERROR_ENV,
         )
         failing = {op: _failing_hook(op, exc) for op in OPS}
-        stock = frozenset(n.strip() for n in os.environ.get(STOCK_ENV, "").split(",") if n.strip())
     else:
-        config = selector.registry.config
-        stock = config.stock
-        for note in config.notes:
+        for note in config.notes if config is not None else ():
             logger.log(logging.WARNING if note.startswith("legacy") else logging.INFO, "sglang-moe-plugins: %s", note)
+        for warning in config.warnings if config is not None else ():
+            logger.warning("sglang-moe-plugins: %s", warning)
     case = version_case()
     with _state_lock:
         _last_checks = case.checks
@@ -122,6 +138,8 @@ def register() -> None:
                 logger.warning("sglang-moe-plugins: not hooking %s: %s", check.path, check.reason)
             continue
         if check.op in stock:
+            if every:
+                continue  # said once above
             logger.warning(
                 "sglang-moe-plugins: not hooking %s: op %s is stock (SGLang's own function runs it)",
                 check.path,

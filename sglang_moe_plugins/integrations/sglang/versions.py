@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...config_values import REQUIRE_KNOWN_ENV, _env_flag
+from ...errors import ConfigError
 from ...signatures import parameter_names
 from .version_table import (
     CONTIG_RUNNER_TARGET,
@@ -60,10 +62,6 @@ __all__ = [
     "active_target",
     "set_active_targets",
 ]
-
-
-#: Set to 1 to hook only releases of the table (a newer release then gets no hook).
-REQUIRE_KNOWN_ENV = "SGLANG_MOE_PLUGINS_REQUIRE_KNOWN_SGLANG"
 
 
 @dataclass(frozen=True)
@@ -135,7 +133,13 @@ def _check(target: HookTarget, label: str) -> TargetCheck:
 
 
 def _require_known(environ: Mapping[str, str]) -> bool:
-    return environ.get(REQUIRE_KNOWN_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    """``SGLANG_MOE_PLUGINS_REQUIRE_KNOWN_SGLANG`` (set to 1 to hook only releases of the table), read by the one
+    parser of boolean variables. An invalid value reads as unset here only because the configuration refuses it
+    (:func:`..config.load_config` raises it), so the hooks fail closed with that error, as for every config error."""
+    try:
+        return bool(_env_flag(environ, REQUIRE_KNOWN_ENV))
+    except ConfigError:
+        return False
 
 
 def version_case(
