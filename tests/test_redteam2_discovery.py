@@ -294,3 +294,28 @@ def test_f3_check_names_the_distribution_it_checked(tmp_path, target):
     first = done.stdout.splitlines()[0]
     assert "rt2_disc_good.GoodPlugin" in first and f"from {GOOD.label}" in first, first
     assert markers(tmp_path / "sub_marker.txt") == ["imported rt2_disc_good"]
+
+
+@pytest.mark.parametrize("release", ["0.5.19", "0.5.20"])
+def test_f2_a_venv_layered_over_the_install_keeps_its_builtins(release):
+    # dev.sh's older-release environments see .venv's site-packages through `site.addsitedir` in a .pth:
+    # the editable install's dist-info sits in a directory that site.getsitepackages() does not list, and
+    # its .pth hook has run. The built-ins must still be this package's own.
+    python = ROOT / f".venv-sglang-{release}" / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"{python.parent.parent.name} is not built (./dev.sh setup)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_MOE_PLUGINS_")}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(
+        [str(python), "-m", "sglang_moe_plugins.cli", "list", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=str(TESTS.parent.parent),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    listed = {p["name"]: p for p in json.loads(proc.stdout)["plugins"]}
+    assert set(BUILTIN_PLUGINS) <= set(listed), sorted(set(BUILTIN_PLUGINS) - set(listed))
+    assert all(listed[name]["builtin"] for name in BUILTIN_PLUGINS), listed
+    assert "reserved" not in proc.stderr, proc.stderr[-3000:]

@@ -3,8 +3,8 @@ points of a group with that distribution never hidden by another of its name.
 
 A dist-info's ``Name`` is no evidence (anyone can write one, or none); where it sits is: a wheel install
 puts it next to the package directory and lists the package's files in RECORD, an editable install puts
-it in a site directory with the ``.pth`` hook it installed and names the source tree in
-``direct_url.json``. Checked once per distribution and process, reading only the candidate's RECORD
+it in a site directory (or one added with ``site.addsitedir``, where its ``.pth`` hook is seen to have run)
+with the ``.pth`` hook it installed and names the source tree in ``direct_url.json``. Checked once per distribution and process, reading only the candidate's RECORD
 and ``direct_url.json``.
 """
 
@@ -63,7 +63,31 @@ def _proves_own(dist: Any, meta: Path) -> bool:
     if url.scheme != "file" or not package.is_relative_to(Path(unquote(url.path)).resolve()):
         return False
     hooks = [f for f in files if f.endswith(".pth") and "/" not in f and (meta.parent / f).is_file()]
-    return bool(hooks) and meta.parent in _site_dirs()
+    return bool(hooks) and (meta.parent in _site_dirs() or _hook_took_effect(meta.parent, hooks, package))
+
+
+def _hook_took_effect(where: Path, hooks: list[str], package: Path) -> bool:
+    """Whether one of the ``.pth`` hooks in ``where`` ran in this process: ``where`` was added as a site directory
+    by other means than :func:`site.getsitepackages` (``site.addsitedir`` from another ``.pth``, as a venv layered
+    over another one does). Evidence: the editable finder module that hook imports is loaded from ``where``, or a
+    path line of the hook that names the package's parent directory is on ``sys.path``."""
+    import sys
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("__editable__") and Path(str(getattr(module, "__file__", "") or "")).parent == where:
+            return True
+    entries = {str(Path(p).resolve()) for p in sys.path if p}
+    for hook in hooks:
+        try:
+            lines = (where / hook).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            line = line.strip()
+            if line and not line.startswith(("#", "import ")) and Path(line).resolve() == package.parent:
+                if str(package.parent) in entries:
+                    return True
+    return False
 
 
 def is_own_distribution(dist: Any) -> bool:
