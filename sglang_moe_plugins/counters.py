@@ -4,7 +4,8 @@ Counting is one C call per event (``next()`` on an ``itertools.count``, atomic u
 takes no lock on the hot path; :func:`stats` reads every counter into a frozen, JSON-ready
 :class:`Stats` labelled with this process's rank. :func:`reset_stats` zeroes them in place (a bound op keeps
 its counter and goes on counting); :func:`totals`, every count since the process started, is what :mod:`.metrics`
-exports through SGLang's Prometheus endpoint when SGLang runs with ``--enable-metrics``.
+exports through SGLang's Prometheus endpoint when SGLang runs with ``--enable-metrics``, labelled with
+:func:`sglang_labels` (the labels SGLang's own scheduler series carry for this process).
 
 What each counter means:
 
@@ -18,13 +19,26 @@ from __future__ import annotations
 
 import functools
 import itertools
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["EventCounter", "PluginStats", "Stats", "counter", "stats", "process_rank", "reset_stats", "totals"]
+__all__ = [
+    "SGLANG_LABELS",
+    "EventCounter",
+    "PluginStats",
+    "SglangLabels",
+    "Stats",
+    "counter",
+    "process_rank",
+    "reset_stats",
+    "sglang_labels",
+    "stats",
+    "totals",
+]
 
 #: The kinds of counters (the middle element of a counter key).
 KINDS = ("calls", "fallbacks", "delegations")
@@ -93,8 +107,6 @@ def totals() -> dict[tuple[str, str, str], int]:
 def process_rank() -> tuple[int | None, int | None]:
     """``(rank, world_size)`` of torch.distributed's default group, or ``(None, None)`` when it is not
     initialised (or torch is not imported yet: nothing is imported for this)."""
-    import sys
-
     torch = sys.modules.get("torch")
     dist = getattr(torch, "distributed", None) if torch is not None else None
     try:
@@ -103,6 +115,88 @@ def process_rank() -> tuple[int | None, int | None]:
     except Exception:  # noqa: BLE001 - a half-initialised group: no label rather than an error in a log call
         pass
     return None, None
+
+
+#: The labels of SGLang's scheduler series (``sglang:*``) that the package's series carry too, in SGLang's order.
+#: SGLang's ``engine_type`` and its ``--extra-metric-labels`` are not carried.
+SGLANG_LABELS = ("model_name", "tp_rank", "pp_rank", "moe_ep_rank", "dp_rank")
+_RANKS = SGLANG_LABELS[1:]
+#: Where releases before SGLang's runtime context keep the ranks: (label, getter of ``parallel_state``).
+_GROUP_GETTERS = (
+    ("tp_rank", "get_tensor_model_parallel_rank"),
+    ("pp_rank", "get_pipeline_model_parallel_rank"),
+    ("moe_ep_rank", "get_moe_expert_parallel_rank"),
+)
+
+
+@dataclass(frozen=True)
+class SglangLabels:
+    """What :func:`sglang_labels` found."""
+
+    #: ``{label: value}`` (values as SGLang's labels print them), only those SGLang has for this process: empty
+    #: outside an SGLang server process.
+    labels: Mapping[str, str]
+    #: True when a scoped override of SGLang's parallel state (a draft model's narrowed TP group, shared experts'
+    #: MoE group) hides this process's own ranks now: :attr:`labels` is empty, read again later.
+    scoped: bool = False
+
+
+def _label(read: Callable[..., Any], *args: Any) -> str | None:
+    """``read(*args)`` as a label value: an int (not a bool) or a non-empty string; None when it is neither or
+    raises."""
+    try:
+        value = read(*args)
+    except Exception:  # noqa: BLE001 - not published, not initialised, another release: no label rather than a guess
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value if isinstance(value, str) and value else None
+
+
+def sglang_labels() -> SglangLabels:
+    """SGLang's labels of this process, as its scheduler series (``sglang:*``) carry them: ``model_name``
+    (``--served-model-name``, else the model path), ``tp_rank``, ``pp_rank``, ``moe_ep_rank``, and ``dp_rank`` where
+    a data-parallel controller gives one.
+
+    Read from the SGLang modules this process has already imported (nothing is imported for this): SGLang's runtime
+    context (0.5.19 and later: what ``publish`` recorded for the scheduler, read as SGLang's metrics collector reads
+    it), else the groups of ``parallel_state`` once SGLang's distributed init has run. A label SGLang has not set is
+    left out, never guessed; while a scoped override hides the process's own ranks, nothing is returned
+    (:attr:`SglangLabels.scoped`)."""
+    labels: dict[str, str] = {}
+    context = sys.modules.get("sglang.srt.runtime_context")
+    if context is not None:
+        try:
+            parallel = context.get_parallel()
+        except Exception:  # noqa: BLE001 - another release's context: no labels from it
+            parallel = None
+        # SGLang keeps a scope's values (its ``override``) in one dict read before the process's own: a private
+        # name, read defensively (absent on another release: no scope is seen).
+        scoped = getattr(parallel, "_overrides", None)
+        if isinstance(scoped, dict) and any(name in scoped for name in _RANKS):
+            return SglangLabels(MappingProxyType({}), scoped=True)
+        model = _label(lambda: context.get_serving().served_model_name)
+        if model is not None:
+            labels["model_name"] = model
+        for name in _RANKS if parallel is not None else ():
+            value = _label(getattr, parallel, name)
+            if value is not None:
+                labels[name] = value
+    if not any(name in labels for name in _RANKS):
+        state = sys.modules.get("sglang.srt.distributed.parallel_state")
+        if state is not None and _label(lambda: int(bool(state.model_parallel_is_initialized()))) == "1":
+            if getattr(state, "_TP_STATE_PATCHED", False) is True or getattr(state, "_PP_STATE_PATCHED", False) is True:
+                return SglangLabels(MappingProxyType({}), scoped=True)
+            for name, getter in _GROUP_GETTERS:
+                value = _label(lambda found: found(), getattr(state, getter, None))
+                if value is not None:
+                    labels[name] = value
+            server_args = sys.modules.get("sglang.srt.server_args")
+            if "model_name" not in labels and server_args is not None:
+                model = _label(lambda: server_args.get_global_server_args().served_model_name)
+                if model is not None:
+                    labels["model_name"] = model
+    return SglangLabels(MappingProxyType({k: labels[k] for k in SGLANG_LABELS if k in labels}))
 
 
 @dataclass(frozen=True)

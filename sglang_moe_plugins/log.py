@@ -1,9 +1,12 @@
-"""The package's loggers: every line names the rank once torch.distributed is initialised.
+"""The package's loggers: every line says whose it is, once, with SGLang's prefix or the package's rank label.
 
-Each module takes its logger from :func:`get_logger`, which adds :data:`RANK_FILTER` to it. The filter
-runs only for records that logger emits (never on a call's hot path: the package logs once per shape
-key or event) and rewrites the ``sglang-moe-plugins:`` prefix to ``sglang-moe-plugins [rank R/W]:``
-(or prepends ``[rank R/W]``), so that with TP/EP every rank's line says whose it is.
+In an SGLang server process SGLang's own log format already names the rank (``[time DP1 PP1 TP2 EP2] ...``, set by
+its scheduler once its ranks are published), so the package's lines carry nothing more. Elsewhere (a process of
+one's own with torch.distributed initialised) :data:`RANK_FILTER` rewrites the ``sglang-moe-plugins:`` prefix to
+``sglang-moe-plugins [rank R/W]:`` (or prepends ``[rank R/W]``), so that every rank's line says whose it is.
+
+Each module takes its logger from :func:`get_logger`, which adds :data:`RANK_FILTER` to it. The filter runs only
+for records that logger emits (never on a call's hot path: the package logs once per shape key or event).
 
 :class:`LogOnce` is the package's one "log this once" mechanism: a thread-safe, capped set of keys.
 """
@@ -14,7 +17,7 @@ import logging
 import threading
 from collections.abc import Hashable
 
-from .counters import process_rank
+from .counters import process_rank, sglang_labels
 
 __all__ = ["LOG_ONCE_CAP", "LogOnce", "PREFIX", "RANK_FILTER", "get_logger", "rank_label"]
 
@@ -23,10 +26,23 @@ PREFIX = "sglang-moe-plugins"
 LOG_ONCE_CAP = 4096
 
 
+_under_sglang = False
+
+
+def _sglang_names_ranks() -> bool:
+    """Whether SGLang has ranks for this process (its log prefix names them); once True, True for good."""
+    global _under_sglang
+    if not _under_sglang:
+        found = sglang_labels()
+        _under_sglang = found.scoped or any(name != "model_name" for name in found.labels)
+    return _under_sglang
+
+
 def rank_label() -> str:
-    """``"[rank R/W]"`` when torch.distributed is initialised, else ``""``."""
+    """``"[rank R/W]"`` when torch.distributed is initialised outside an SGLang server process (whose own log
+    prefix names the ranks), else ``""``."""
     rank, world = process_rank()
-    return "" if rank is None else f"[rank {rank}/{world}]"
+    return "" if rank is None or _sglang_names_ranks() else f"[rank {rank}/{world}]"
 
 
 class _RankFilter(logging.Filter):

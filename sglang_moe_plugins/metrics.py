@@ -16,12 +16,19 @@ symlink loop stops the export with one WARNING; too little free space, or any er
 with one ERROR. Either way nothing is tried again in this process (the exit flush included) and ``stats()``
 keeps counting.
 
-Metrics (labels ``op``, ``plugin`` or ``kind``, and ``rank``: torch.distributed's rank, ``""`` when not
-initialised):
+Metrics, in a namespace of their own (SGLang's are ``sglang:*``):
 
-- ``sglang:moe_plugins_calls_total{op, plugin, rank}``
-- ``sglang:moe_plugins_fallbacks_total{op, plugin, rank}``
-- ``sglang:moe_plugins_delegations_total{op, kind, rank}``
+- ``sglang_moe_plugins_calls_total{op, plugin, ...}``
+- ``sglang_moe_plugins_fallbacks_total{op, plugin, ...}``
+- ``sglang_moe_plugins_delegations_total{op, kind, ...}``
+
+where ``...`` are the labels SGLang's own scheduler series carry for the process (:func:`.counters.sglang_labels`):
+``model_name``, ``tp_rank``, ``pp_rank``, ``moe_ep_rank``, and ``dp_rank`` with a data-parallel controller, so that
+PromQL joins them ``on (model_name, tp_rank, ...)``. They are read once, at the first flush that has counts to
+write (SGLang has published them by then: hooked calls run after its distributed init), and a label SGLang has not
+set is left out. A flush while a scoped SGLang override (a draft model's narrowed groups) hides the process's own
+ranks writes nothing; the counts wait for the next flush (at exit too: a process that never left such a scope at a
+flush exports nothing, rather than series with another rank's labels).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import stat
 import threading
 from typing import Any
 
-from .counters import process_rank, totals
+from .counters import sglang_labels, totals
 from .log import get_logger
 
 __all__ = ["INTERVAL_S", "METRIC_NAMES", "MIN_FREE_BYTES", "start_metrics_export", "flush_metrics", "metrics_enabled"]
@@ -47,10 +54,16 @@ INTERVAL_S = 5.0
 #: a bus error); a flush writes a few pages. 8 MiB covers that, and a doubling of files up to 8 MiB.
 MIN_FREE_BYTES = 8 << 20
 METRIC_NAMES = (
-    "sglang:moe_plugins_calls_total",
-    "sglang:moe_plugins_fallbacks_total",
-    "sglang:moe_plugins_delegations_total",
+    "sglang_moe_plugins_calls_total",
+    "sglang_moe_plugins_fallbacks_total",
+    "sglang_moe_plugins_delegations_total",
 )
+#: ``kind of counter -> (help text, label of its name)``, in the order of :data:`METRIC_NAMES`.
+_METRICS = {
+    "calls": ("MoE kernel calls launched, per op and plugin", "plugin"),
+    "fallbacks": ("MoE calls on which the plugin failed and the next plugin ran the call", "plugin"),
+    "delegations": ("Hooked MoE calls handed to SGLang's own function, per op and kind", "kind"),
+}
 _DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
 _lock = threading.Lock()
@@ -79,25 +92,32 @@ class _Exporter:
     def __init__(self) -> None:
         from prometheus_client import Counter  # noqa: PLC0415 - only with --enable-metrics
 
-        def make(name: str, text: str, label: str) -> Any:
-            return Counter(name.removesuffix("_total"), text, labelnames=["op", label, "rank"])
-
-        self.metrics = {
-            "calls": (make(METRIC_NAMES[0], "MoE kernel calls launched, per op and plugin", "plugin"), "plugin"),
-            "fallbacks": (
-                make(
-                    METRIC_NAMES[1], "MoE calls on which the plugin failed and the next plugin ran the call", "plugin"
-                ),
-                "plugin",
-            ),
-            "delegations": (
-                make(METRIC_NAMES[2], "Hooked MoE calls handed to SGLang's own function, per op and kind", "kind"),
-                "kind",
-            ),
-        }
+        self._counter_type = Counter
+        #: ``kind -> (prometheus Counter, label of its name)``, made at the first flush with counts (the labels known)
+        self.metrics: dict[str, tuple[Any, str]] = {}
+        #: SGLang's labels of this process, fixed with the counters.
+        self.labels: dict[str, str] = {}
         self._sent: dict[tuple[str, str, str], int] = {}
         self._flush_lock = threading.Lock()
         self.stopped = False
+
+    def _make(self) -> bool:
+        """Make the counters with SGLang's labels of this process; False while a scoped override hides them."""
+        found = sglang_labels()
+        if found.scoped:
+            return False
+        self.labels = dict(found.labels)
+        for (kind, (text, name_label)), name in zip(_METRICS.items(), METRIC_NAMES, strict=True):
+            labelnames = ["op", name_label, *self.labels]
+            self.metrics[kind] = (
+                self._counter_type(name.removesuffix("_total"), text, labelnames=labelnames),
+                name_label,
+            )
+        logger.info(
+            "sglang-moe-plugins: metrics labelled %s",
+            ", ".join(f"{k}={v!r}" for k, v in self.labels.items()) or "op and plugin/kind only (no SGLang labels)",
+        )
+        return True
 
     def _stop(self, level: int, message: str, *args: Any) -> None:
         self.stopped = True
@@ -108,15 +128,15 @@ class _Exporter:
         )
 
     def _write(self) -> None:
-        rank, _ = process_rank()
-        label = "" if rank is None else str(rank)
-        for key, value in totals().items():
-            delta = value - self._sent.get(key, 0)
-            if delta > 0:  # totals never go down: a reset_stats() leaves the Prometheus counters rising
-                kind, op, name = key
-                metric, name_label = self.metrics[kind]
-                metric.labels(**{"op": op, name_label: name, "rank": label}).inc(delta)
-                self._sent[key] = value
+        # totals never go down: a reset_stats() leaves the Prometheus counters rising
+        rising = [(key, value) for key, value in totals().items() if value > self._sent.get(key, 0)]
+        if not rising or (not self.metrics and not self._make()):
+            return  # nothing to write, or SGLang's labels hidden by a scope for now: the counts wait
+        for key, value in rising:
+            kind, op, name = key
+            metric, name_label = self.metrics[kind]
+            metric.labels(op=op, **{name_label: name}, **self.labels).inc(value - self._sent.get(key, 0))
+            self._sent[key] = value
 
     def flush(self) -> bool:
         """Write the increase since the last flush; False (and no more tries) once the export has stopped."""

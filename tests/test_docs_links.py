@@ -297,9 +297,9 @@ def test_production_page_covers_operations():
         "SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR=stock",
         "SGLANG_MOE_PLUGINS_ALLOW",
         "SGLANG_PLUGINS",
-        "sglang:moe_plugins_calls_total",
-        "sglang:moe_plugins_fallbacks_total",
-        "sglang:moe_plugins_delegations_total",
+        "sglang_moe_plugins_calls_total",
+        "sglang_moe_plugins_fallbacks_total",
+        "sglang_moe_plugins_delegations_total",
         "rate(",
         "doctor",
         "explain",
@@ -312,11 +312,14 @@ def test_production_page_covers_operations():
 
 
 def test_metric_names_in_the_docs_are_the_exported_ones():
-    """Every ``sglang:moe_plugins_*`` name the operators' documents give is one the package exports."""
+    """Every ``sglang_moe_plugins_*`` name the operators' documents give is one the package exports, and none gives
+    the earlier names under SGLang's ``sglang:`` namespace."""
     from sglang_moe_plugins.metrics import METRIC_NAMES
 
-    for name in ("README.md", "docs/production.md"):
-        used = set(re.findall(r"sglang:moe_plugins_\w+", (ROOT / name).read_text()))
+    for name in ("README.md", "docs/production.md", "docs/configuration.md"):
+        text = (ROOT / name).read_text()
+        assert "sglang:moe_plugins" not in text, f"{name} gives a metric name under SGLang's sglang: namespace"
+        used = set(re.findall(r"sglang_moe_plugins_\w+", text))
         assert used, f"{name} names no metric"
         assert used <= set(METRIC_NAMES), (
             f"{name} names metrics the package does not export: {used - set(METRIC_NAMES)}"
@@ -338,9 +341,9 @@ def test_index_page_is_self_sufficient():
         "SGLANG_MOE_PLUGINS_STOCK=",
         "SGLANG_PLUGINS",
         "SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR=stock",
-        "sglang:moe_plugins_calls_total",
-        "sglang:moe_plugins_fallbacks_total",
-        "sglang:moe_plugins_delegations_total",
+        "sglang_moe_plugins_calls_total",
+        "sglang_moe_plugins_fallbacks_total",
+        "sglang_moe_plugins_delegations_total",
         "--enable-metrics",
         "rate(",
     ):

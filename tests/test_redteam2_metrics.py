@@ -120,7 +120,7 @@ def _samples(metrics_dir: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]],
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for metric in registry.collect()
         for s in metric.samples
-        if s.name.startswith("sglang:moe_plugins")
+        if s.name.startswith("sglang_moe_plugins_")
     }
 
 
@@ -147,7 +147,7 @@ def test_good_directory_exports_without_warnings(tmp_path):
     data, stderr = _worker(tmp_path, metrics_dir)
     assert _calls(data["after"]) == 12
     assert _package_lines(stderr, "WARNING", "ERROR") == [] and "Traceback" not in stderr, stderr[-3000:]
-    calls = [v for (name, _), v in _samples(metrics_dir).items() if name == "sglang:moe_plugins_calls_total"]
+    calls = [v for (name, _), v in _samples(metrics_dir).items() if name == "sglang_moe_plugins_calls_total"]
     assert calls == [12.0]
 
 
@@ -202,12 +202,9 @@ def test_reset_stats_keeps_counting_bound_ops_and_prometheus_monotonic(tmp_path)
     assert _calls(data["after"]) == 2, data["after"]
     assert data["after"]["delegations"] == {"silu_mul_quant": {"gemm1_alpha": 1}}
     samples = _samples(metrics_dir)
-    calls = [v for (name, _), v in samples.items() if name == "sglang:moe_plugins_calls_total"]
+    calls = [v for (name, _), v in samples.items() if name == "sglang_moe_plugins_calls_total"]
     assert calls == [5.0], samples
-    delegated = (
-        "sglang:moe_plugins_delegations_total",
-        (("kind", "gemm1_alpha"), ("op", "silu_mul_quant"), ("rank", "")),
-    )
+    delegated = ("sglang_moe_plugins_delegations_total", (("kind", "gemm1_alpha"), ("op", "silu_mul_quant")))
     assert samples[delegated] == 2.0
     assert _package_lines(stderr, "WARNING", "ERROR") == [], stderr[-3000:]
 
