@@ -76,6 +76,10 @@ def register() -> None:
     global _last_checks, _registered, _stock, _hooked
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    from .server_args import register_server_args
+
+    register_server_args()  # the --moe-plugins-* server arguments, whatever the configuration says (never raises)
+
     for warning in unknown_env_warnings():
         logger.warning("sglang-moe-plugins: %s", warning)
     rollback = stock_rollback(OPS)  # honoured whatever else the configuration says: never worse than SGLang's code
