@@ -9,15 +9,16 @@ or ``debug``), checks the outputs. The selector is the one cache of bound ops: b
 own key of raw call arguments (:attr:`Selector.call_cache`, filled by :meth:`Selector.remember` and
 :meth:`Selector.bind_and_call`; the SGLang hooks use it).
 
-Failures at run time (docs/reliability.md): a plugin that raises, or returns outputs that do not match
-the op's contract (a result of another type than the op's outputs is checked on every call), is
+Failures at run time (docs/reliability.md): a plugin that raises (``SystemExit`` included; not
+``KeyboardInterrupt``), or returns outputs that do not match the op's contract (a result of another type
+than the op's outputs, or returned outputs on another device than the inputs, is checked on every call), is
 logged once with the traceback, remembered as failed for that key, and the next plugin runs. The error
 is re-raised instead, and nothing is remembered, when ``strict`` is set, when the plugin is forced,
 when the op is collective (every rank must run the same kernel: no per-rank fallback), and inside CUDA
 graph capture (a fallback cannot be captured after a failed attempt). When the plugin may have written
-an input the host marked writable (``writes_inputs``, :func:`.bound.inputs_maybe_written`), the call
-raises too (the next plugin would read damaged data), and the plugin is remembered as failed, so the
-key's later calls run the next plugin.
+an input the host marked writable (``writes_inputs``, trusted as :mod:`.bound` says), the call raises too
+(the next plugin would read damaged data), and the plugin is remembered as failed, so the key's later calls
+run the next plugin.
 
 Every cache is capped at :data:`CACHE_CAP` keys (one WARNING when a cap is reached): past it, calls
 are still selected and bound, without being cached, so that shapes that change on every call cannot
@@ -32,11 +33,26 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, cast
 
 from ..counters import counter
-from ..errors import InvalidArgumentError, MoEPluginsError, NoPluginAvailableError, OutputValidationError
+from ..errors import MoEPluginsError, NoPluginAvailableError
 from ..lazy import lazy_module
 from ..log import LogOnce, get_logger
 from ..ops import get_op
-from .bound import BoundOp, _capturing, _inputs_device, _wrong_result, inputs_maybe_written
+from .bound import (
+    FAILED_THEN,
+    PASS_THROUGH,
+    BoundOp,
+    Distrusted,
+    _capturing,
+    _inputs_device,
+    _wrong_result,
+    as_plugin_error,
+    check_given_outputs,
+    check_returned_device,
+    make_bound,
+    maybe_written,
+    snapshot_writes,
+    written_note,
+)
 from .decide import Candidate, Selection, Verdict, decide, info_line, reasons_line
 from .registry import PluginRecord, Registry
 
@@ -63,6 +79,7 @@ class Selector:
         #: Bound ops by a caller's own key of raw call arguments (the SGLang hooks); see :meth:`remember`.
         self.call_cache: dict[Hashable, BoundOp] = {}
         self._failed: dict[Hashable, dict[str, str]] = {}
+        self._distrusted = Distrusted()  # plugins seen writing an input their writes_inputs leaves out
         self._errors_logged = LogOnce()
         self._caps_logged = LogOnce()
         self.decisions = 0  # how many keys were decided (not served from cache); for tests and stats
@@ -164,10 +181,13 @@ class Selector:
                 record = cast(PluginRecord, self.select(op, shape, config).chosen)  # select() raises when none
                 try:
                     bound = self._make_bound(op, shape, config, record)
-                except Exception as exc:  # noqa: BLE001 - the failure policy decides
+                except PASS_THROUGH:
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - the failure policy decides (SystemExit included)
+                    error = as_plugin_error(exc, record.name, op, "prepare")
                     capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
                     self._on_failure(
-                        key, record.name, exc, capturing=capturing, collective=get_op(op).collective, stage="prepare"
+                        key, record.name, error, capturing=capturing, collective=get_op(op).collective, stage="prepare"
                     )
                     counter("fallbacks", op, record.name).hit()
                     continue
@@ -176,48 +196,8 @@ class Selector:
                 return bound
 
     def _make_bound(self, op: str, shape: Any, config: Any, record: PluginRecord) -> BoundOp:
-        spec = get_op(op)
-        plugin = record.plugin
-        launch = None
-        prepare = getattr(plugin, "prepare", None)
-        if prepare is not None:
-            launch = prepare(shape, config)
-            if launch is not None and not callable(launch):
-                raise TypeError(
-                    f"plugin {record.name!r}: prepare() returned {launch!r}; it must return a callable "
-                    "launch(inputs, outputs) or None"
-                )
-        prepared = launch is not None
-        if launch is None:
-            run = plugin.run
-
-            def launch(inputs: Any, outputs: Any) -> Any:
-                return run(inputs, outputs, shape, config)
-
-        if spec.output_allocator is not None:
-            allocate = spec.output_allocator(shape, config)
-        else:
-            allocate_outputs = spec.allocate_outputs
-
-            def allocate(device: torch.device) -> Any:
-                return allocate_outputs(shape, config, device)
-
-        config_ = self.registry.config
-        return BoundOp(
-            op,
-            shape,
-            config,
-            record,
-            allocate,
-            launch,
-            prepared,
-            spec.collective,
-            bool(config_.strict or config_.debug),
-            spec.validate_outputs,
-            output_type=spec.output_type,
-            writable_inputs=spec.writable_inputs,
-            hit=counter("calls", op, record.name).hit,
-        )
+        every_call = bool(self.registry.config.strict or self.registry.config.debug)  # check every call's outputs
+        return make_bound(get_op(op), record, shape, config, every_call, counter("calls", op, record.name).hit)
 
     def remember(self, key: Hashable, bound: BoundOp) -> None:
         """Keep ``bound`` under a caller's own ``key`` (e.g. the raw arguments of a hooked call), once its
@@ -260,48 +240,68 @@ class Selector:
         bound.hit()  # stats(): calls per (op, plugin); one C call
         if outputs is None:
             outputs = bound.allocate(device if device is not None else _inputs_device(inputs))
-        try:
+        if bound._first.pending or bound.check_every_call:
+            return self._checked_call(bound, inputs, outputs, given, device)
+        try:  # the warm path
             returned = bound.launch(inputs, outputs)
             if returned is not None:
                 if type(returned) is not bound.output_type:  # every call: one identity test
                     raise _wrong_result(bound, returned)
+                if returned is not outputs:  # the plugin's own outputs: their device, on every such call
+                    check_returned_device(bound, returned, inputs)
                 outputs = returned
-            first = bound._first
-            if first.pending or bound.check_every_call:
-                bound.validate(outputs, bound.shape, bound.config, bound.record.name, inputs=inputs)
-                first.pending = False
             return outputs
-        except Exception as exc:  # noqa: BLE001 - the failure policy decides
-            key = (bound.op, bound.shape, bound.config)
-            written: tuple[str, ...] = ()
-            if bound.writable_inputs:
-                written = inputs_maybe_written(
-                    bound.record.plugin, bound.writable_inputs, inputs, bound.shape, bound.config
-                )
-            self._on_failure(
-                key,
-                bound.name,
-                exc,
-                capturing=_capturing(inputs),
-                collective=bound.collective,
-                stage="run",
-                written=written,
-            )
-            counter("fallbacks", bound.op, bound.name).hit()  # not re-raised: this call falls back
+        except PASS_THROUGH:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the failure policy decides (SystemExit included)
+            self._failed_call(bound, inputs, exc, None)
         return self.call(self.bind(bound.op, bound.shape, bound.config), inputs, given, device)
+
+    def _checked_call(self, bound: BoundOp, inputs: Any, outputs: Any, given: Any, device: torch.device | None) -> Any:
+        """:meth:`call`, its outputs checked (a key's first call, or strict/debug); on a key's first call also a
+        third party's promise to leave writable inputs alone."""
+        first = bound._first
+        snapshot = None
+        if first.pending and bound.writable_inputs and not bound.trusted_writes and not _capturing(inputs):
+            snapshot = snapshot_writes(bound, inputs)
+        try:
+            returned = bound.launch(inputs, outputs)
+            if returned is not None:
+                if type(returned) is not bound.output_type:
+                    raise _wrong_result(bound, returned)
+                outputs = returned
+            bound.validate(outputs, bound.shape, bound.config, bound.record.name, inputs=inputs)
+        except PASS_THROUGH:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the failure policy decides (SystemExit included)
+            self._failed_call(bound, inputs, exc, snapshot)
+            return self.call(self.bind(bound.op, bound.shape, bound.config), inputs, given, device)
+        if snapshot is not None and self._distrusted.seen(bound, snapshot, inputs) == ():
+            first.writes_verified = True  # the declaration held on a call that marked inputs writable
+        first.pending = False
+        return outputs
+
+    def _failed_call(self, bound: BoundOp, inputs: Any, exc: BaseException, snapshot: Any) -> None:
+        """The failure policy for a failed launch or check of ``bound``: raises, or returns for a fallback."""
+        seen = self._distrusted.seen(bound, snapshot, inputs, log=False)
+        written, why = maybe_written(bound, inputs, seen, self._distrusted.get(bound.name))
+        self._on_failure(
+            (bound.op, bound.shape, bound.config),
+            bound.name,
+            as_plugin_error(exc, bound.name, bound.op, "run"),
+            capturing=_capturing(inputs),
+            collective=bound.collective,
+            stage="run",
+            written=written,
+            why_written=why,
+        )
+        counter("fallbacks", bound.op, bound.name).hit()  # not re-raised: this call falls back
 
     def dispatch(self, op: str, inputs: Any, shape: Any, config: Any, outputs: Any = None) -> Any:
         """Select, bind and run; on a plugin failure, fall back to the next one (unless strict, forced,
         collective or capturing)."""
-        if outputs is not None:
-            # The caller's outputs are checked before any plugin runs: a wrong buffer is the caller's
-            # error and must not be counted as a plugin failure (which would exclude the plugin).
-            try:
-                get_op(op).validate_outputs(outputs, shape, config, inputs=inputs)
-            except OutputValidationError as exc:
-                raise InvalidArgumentError(
-                    op, "outputs", type(outputs).__name__, f"buffers as the op's allocate_outputs() makes them ({exc})"
-                ) from None
+        if outputs is not None:  # the caller's error, before any plugin runs (no plugin is excluded for it)
+            check_given_outputs(get_op(op), outputs, shape, config, inputs)
         return self.call(self.bind(op, shape, config), inputs, outputs)
 
     def _on_failure(
@@ -314,12 +314,14 @@ class Selector:
         collective: bool,
         stage: str,
         written: tuple[str, ...] = (),
+        why_written: str = "",
     ) -> None:
         """Re-raise ``exc`` (with a note naming the plugin), or mark ``plugin`` failed for ``key``.
 
-        ``written``: inputs of the call the plugin may have modified (marked writable by the host). The
-        call then raises (the next plugin would read damaged data); the plugin is still marked failed,
-        so that the key's later calls, with fresh inputs, run the next plugin."""
+        ``written``: inputs of the call the plugin may have modified (marked writable by the host), and
+        ``why_written`` why its writes_inputs did not rule them out. The call then raises (the next plugin
+        would read damaged data); the plugin is still marked failed, so that the key's later calls, with
+        fresh inputs, run the next plugin."""
         op = key[0] if isinstance(key, tuple) and key else "?"
         why = None
         if collective:
@@ -344,13 +346,7 @@ class Selector:
             )
             raise exc
         if written:
-            inputs = ", ".join(written)
-            exc.add_note(
-                f"sglang-moe-plugins: raised by plugin {plugin!r} ({stage}) on op {op!r}; no fallback: it may have "
-                f"modified the input {inputs} (marked writable by the host), which the next plugin would read. "
-                f"The plugin is excluded for this key from the next call on (a plugin that never writes {inputs} "
-                "declares it: writes_inputs, docs/plugin-contract.md)"
-            )
+            exc.add_note(written_note(plugin, stage, op, written, why_written))
             self.mark_failed(key, plugin, exc, fallback=False)
             raise exc
         self.mark_failed(key, plugin, exc)
@@ -372,13 +368,7 @@ class Selector:
             self._cache.pop(key, None)
             self._bound.pop(key, None)
             self.call_cache.clear()  # a failure is rare: drop every raw-argument key rather than search them
-        then = (
-            "falling back to the next plugin"
-            if fallback
-            else "this call raises (no fallback: the plugin may have modified an input the host marked writable); "
-            "the key's later calls run the next plugin"
-        )
-        self._log_error_once(key, plugin, f"plugin {plugin!r} failed on {op}; {then}", exc)
+        self._log_error_once(key, plugin, f"plugin {plugin!r} failed on {op}; {FAILED_THEN[fallback]}", exc)
 
     def failed_plugins(self) -> dict[Hashable, dict[str, str]]:
         with self._lock:

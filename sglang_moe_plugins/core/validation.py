@@ -1,5 +1,7 @@
 """A plugin's contract, checked: its attributes read once (name, op, priority, methods, contract version,
-options) and its option defaults merged with the user's table. :mod:`.registry` applies both."""
+options, a static ``writes_inputs``) and its option defaults merged with the user's table. :mod:`.registry`
+applies both. :func:`read_writes_inputs` reads a ``writes_inputs`` declaration the same way for the
+registry, the selector's failure policy (:mod:`.bound`) and the conformance kit."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from ..contract import OptionValueError
 from ..errors import ConfigError, PluginValidationError
 from ..ops import OPS
 
-__all__ = ["validate_plugin"]
+__all__ = ["read_writes_inputs", "validate_plugin", "writable_names"]
 
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -29,6 +31,41 @@ class _Attrs:
     priority: int
     enabled_by_default: bool
     options: Mapping[str, Any]
+
+
+def writable_names(op: str) -> tuple[str, ...]:
+    """The inputs of ``op`` that a host may mark writable (OpSpec.writable_inputs), by name."""
+    return tuple(name for name, _ in OPS[op].writable_inputs)
+
+
+def read_writes_inputs(declared: object, op: str, allowed: tuple[str, ...] | None = None) -> frozenset[str]:
+    """A ``writes_inputs`` value (already called when it is a method) as a set of input names of ``op``.
+
+    Raises ValueError, naming the value and what is allowed, for anything else: not a string or a collection
+    of strings, or a name that is not one of the op's writable inputs (``('gateup_output',)`` for
+    ``gateup``). A declaration that cannot be read promises nothing: the selector then assumes the plugin
+    may write every writable input. ``allowed``: the writable inputs' names (default: the op's)."""
+    if allowed is None:
+        allowed = writable_names(op)
+    names: frozenset[str] | None = None
+    if isinstance(declared, str):
+        names = frozenset((declared,))
+    elif isinstance(declared, (tuple, list, set, frozenset)) and all(isinstance(n, str) for n in declared):
+        names = frozenset(declared)
+    want = (
+        f"a collection of names among {allowed} (empty: it writes no input)"
+        if allowed
+        else f"an empty collection (op {op!r} has no input a host may mark writable)"
+    )
+    if names is None:
+        raise ValueError(f"writes_inputs={declared!r} is not a collection of input names; allowed: {want}")
+    unknown = sorted(names.difference(allowed))
+    if unknown:
+        raise ValueError(
+            f"writes_inputs={declared!r} names {', '.join(map(repr, unknown))}, which is not an input op {op!r} "
+            f"lets a host mark writable; allowed: {want}"
+        )
+    return names
 
 
 def _read_attrs(plugin: Any, origin: str) -> _Attrs:
@@ -58,6 +95,14 @@ def _read_attrs(plugin: Any, origin: str) -> _Attrs:
             f"{who}: written for plugin contract version {version}, this sglang-moe-plugins implements "
             f"version {CONTRACT_VERSION}; update the plugin (docs/authoring.md, 'Versioning')"
         )
+    declared = getattr(plugin, "writes_inputs", None)
+    if declared is not None and not callable(declared):
+        try:
+            read_writes_inputs(declared, str(op))
+        except ValueError as exc:
+            raise PluginValidationError(
+                f"{who}: {exc}, or a method writes_inputs(shape, config) returning one (docs/plugin-contract.md)"
+            ) from None
     options = getattr(plugin, "options", {})
     if not isinstance(options, Mapping):
         raise PluginValidationError(f"{who}: options={options!r} must be a mapping of option name to default value")

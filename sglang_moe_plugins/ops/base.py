@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +13,7 @@ __all__ = [
     "OpSpec",
     "activation_describe",
     "check_activation",
+    "check_output_devices",
     "finite_float",
 ]
 
@@ -66,6 +67,26 @@ def activation_describe(
     return " ".join(parts)
 
 
+def check_output_devices(
+    fail: Callable[[str, object, object], Exception],
+    tensors: Sequence[tuple[str, Any]],
+    inputs_device: Any,
+    platform: Any,
+    source: str,
+) -> None:
+    """Part of an op's ``validate_outputs``: every output tensor on the device of the call's inputs
+    (``inputs_device``, the device of ``source``), or, without the call's inputs, on a device of the config's
+    platform's type (outputs on the meta device, or on the CPU for a CUDA call, are never the host's). Raises
+    ``fail(what, got, want)``."""
+    for name, tensor in tensors:
+        device = tensor.device
+        if inputs_device is not None:
+            if device != inputs_device:
+                raise fail(f"{name}.device", device, f"the device of {source} ({inputs_device})")
+        elif device.type != platform.device_type:
+            raise fail(f"{name}.device", device, f"a {platform.device_type} device (the call's platform: {platform})")
+
+
 @dataclass(frozen=True)
 class OpSpec:
     """Describes one op: how its outputs are made and checked, and how the selector treats failures."""
@@ -75,7 +96,8 @@ class OpSpec:
     allocate_outputs: Callable[..., Any]
     #: ``validate_outputs(outputs, shape, config, plugin=None, inputs=None) -> None``; raises
     #: OutputValidationError. With ``inputs`` it also checks what depends on the call, not on the shape
-    #: key (mega_moe: ``y`` has at least ``max(num_tokens, 1)`` rows).
+    #: key: every output on the inputs' device (without ``inputs``: on a device of the config's platform's
+    #: type; :func:`check_output_devices`), mega_moe's ``y`` with at least ``max(num_tokens, 1)`` rows.
     validate_outputs: Callable[..., None]
     #: ``output_allocator(shape, config) -> (device -> outputs)``: sizes, strides and dtypes worked out
     #: once per shape key, so that a call only allocates. None: ``allocate_outputs`` on every call.

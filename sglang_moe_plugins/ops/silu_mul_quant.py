@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Literal
 from ..errors import InvalidArgumentError, OutputValidationError
 from ..hardware import Platform, platform_of
 from ..lazy import lazy_module
-from .base import BF16_MIN_NORMAL, OpSpec, activation_describe, check_activation, finite_float
+from .base import BF16_MIN_NORMAL, OpSpec, activation_describe, check_activation, check_output_devices, finite_float
 
 if TYPE_CHECKING:
     import torch
@@ -253,8 +253,8 @@ def validate_outputs(
     plugin: str | None = None,
     inputs: SiluMulQuantInputs | None = None,
 ) -> None:
-    """Check dtypes, shapes and strides (metadata only; no device sync). The shape key fixes every
-    size, so ``inputs`` adds nothing here (accepted for the op-independent call of the selector)."""
+    """Check devices, dtypes, shapes and strides (metadata only; no device sync). The shape key fixes every
+    size; ``inputs`` gives the device the outputs must be on (without them: the config's platform's type)."""
     who = f"plugin {plugin!r}" if plugin else OP
 
     def fail(what: str, got: object, want: object) -> OutputValidationError:
@@ -263,6 +263,12 @@ def validate_outputs(
     if not isinstance(outputs, SiluMulQuantOutputs):
         raise fail("outputs of type", type(outputs).__name__, "SiluMulQuantOutputs")
     out, scale = outputs.out, outputs.scale
+    for name, tensor in (("out", out), ("scale", scale)):
+        if not isinstance(tensor, torch.Tensor):
+            raise fail(name, type(tensor).__name__, "a torch.Tensor")
+    check_output_devices(
+        fail, (("out", out), ("scale", scale)), None if inputs is None else inputs.device, config.platform, "gateup"
+    )
     want_out = (shape.num_experts, shape.max_rows, shape.hidden)
     if out.dtype != torch.float8_e4m3fn:
         raise fail("out.dtype", out.dtype, torch.float8_e4m3fn)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Literal
 from ..errors import InvalidArgumentError, OutputValidationError
 from ..hardware import Platform, platform_of
 from ..lazy import lazy_module
-from .base import OpSpec, activation_describe, check_activation
+from .base import OpSpec, activation_describe, check_activation, check_output_devices
 
 if TYPE_CHECKING:
     import torch
@@ -237,10 +237,9 @@ def validate_outputs(
         if not isinstance(tensor, torch.Tensor):
             raise fail(name, type(tensor).__name__, "a torch.Tensor")
     rows = inputs.rows if inputs is not None else int(out.shape[0]) if out.dim() == 2 else -1
-    if inputs is not None:
-        for name, tensor in (("out", out), ("scale", scale)):
-            if tensor.device != inputs.device:
-                raise fail(f"{name}.device", tensor.device, f"the device of gateup ({inputs.device})")
+    check_output_devices(
+        fail, (("out", out), ("scale", scale)), None if inputs is None else inputs.device, config.platform, "gateup"
+    )
     if out.dtype != torch.float8_e4m3fn:
         raise fail("out.dtype", out.dtype, torch.float8_e4m3fn)
     if tuple(out.shape) != (rows, shape.hidden):

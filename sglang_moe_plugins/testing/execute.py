@@ -2,21 +2,27 @@
 
 Per case, in this order (each into outputs poisoned first):
 
-1. ``run()`` on inputs A: ``run_no_crash``, ``output_layout``, ``inputs_unchanged``, ``rows_written``,
-   ``numerics``. A real row left unwritten is re-run with finite padding rows in the input (ops with
+1. ``run()`` on inputs A: ``run_no_crash``, ``output_layout`` (the op's checks, and every output on the
+   inputs' device), ``inputs_unchanged``, ``rows_written``, ``numerics``. A real row left unwritten is re-run with finite padding rows in the input (ops with
    padding rows: ``silu_mul_quant``); when every real row is then written, the NaN of the padding
    reached the real rows and the case fails ``padding_ignored`` ("reads rows past masked_m"), not
    ``rows_written``.
 
 When the first call passed:
 
-2. ``run()`` on an identical copy of A: ``deterministic`` (real rows bit-identical; within the op's
-   tolerance when the plugin declares ``deterministic = False``).
+2. ``run()`` on an identical copy of A, with every input the op lets a host mark writable marked writable (as
+   SGLang's hooks call): ``deterministic`` (real rows bit-identical; within the op's tolerance when the plugin
+   declares ``deterministic = False``).
 3. ``run()`` on A with other (finite, large) padding rows: ``padding_ignored`` (real rows unchanged).
 4. ``run()`` on fresh inputs B of the same shape key (new values, the same masked_m; ``mega_moe``: another layer's weights and tokens):
    ``second_call`` (B's own results: "stale output on the second call of a key").
 5. With ``prepare()``: the launch (prepared twice, the second one used) on a copy of A must give run()'s
    outputs (``prepare``), then the same launch on fresh inputs B must give B's results (``second_call``).
+
+Every run's input tensors are copied before it and compared after it (:class:`.checks.InputWatch`):
+``inputs_unchanged`` fails, naming the input, when a run changed one that its call did not mark writable,
+or one that the plugin's ``writes_inputs`` leaves out (run 2 shows whether the plugin keeps its promise when
+it may write: a host falls back to the next plugin on such an input after a failure).
 """
 
 from __future__ import annotations
@@ -28,7 +34,18 @@ import torch
 
 from ..errors import MoEPluginsError
 from .case import OpConformance, SuiteCase
-from .checks import Checks, copy_value, describe, error_text, fresh_case, is_deterministic, short
+from .checks import (
+    Checks,
+    copy_value,
+    describe,
+    error_text,
+    fresh_case,
+    inputs_problem,
+    is_deterministic,
+    mark_writable,
+    short,
+    wrong_device,
+)
 from .report import CaseFailure
 
 __all__ = ["Checks", "execute_case", "fresh_case", "is_deterministic", "describe", "error_text", "short", "copy_value"]
@@ -72,16 +89,21 @@ class _Call:
 
     def __init__(self, plugin: Any, adapter: OpConformance, case: SuiteCase, device: torch.device):
         self.plugin, self.adapter, self.case, self.device = plugin, adapter, case, device
+        #: The first input a call changed though it may not (checks.inputs_problem), for ``inputs_unchanged``.
+        self.undeclared: str | None = None
 
     def __call__(self, inputs: Any, launch: Any = None, case: SuiteCase | None = None) -> Any:
         case = case or self.case
         outputs = self.adapter.allocate_outputs(case, inputs, self.device)
         self.adapter.poison(outputs)
+        snapshot = self.adapter.snapshot(inputs)
         returned = (
             launch(inputs, outputs) if launch is not None else self.plugin.run(inputs, outputs, case.shape, case.config)
         )
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+        if self.undeclared is None:
+            self.undeclared = inputs_problem(self.adapter, self.plugin, snapshot, inputs, case)
         return outputs if returned is None else returned
 
 
@@ -93,8 +115,17 @@ def execute_case(
     plugin: Any, adapter: OpConformance, case: SuiteCase, device: torch.device, checks: Checks
 ) -> list[CaseFailure]:
     """Run one accepted case and every check above; returns the failures."""
-    failures: list[CaseFailure] = []
     call = _Call(plugin, adapter, case, device)
+    failures = _execute(plugin, adapter, case, device, checks, call)
+    if call.undeclared is not None and not any(f.check == "inputs_unchanged" for f in failures):
+        failures.append(checks.fail("inputs_unchanged", case, call.undeclared))
+    return failures
+
+
+def _execute(
+    plugin: Any, adapter: OpConformance, case: SuiteCase, device: torch.device, checks: Checks, call: _Call
+) -> list[CaseFailure]:
+    failures: list[CaseFailure] = []
     inputs = adapter.make_inputs(case, device)
     snapshot = adapter.snapshot(inputs)
     outputs = adapter.allocate_outputs(case, inputs, device)
@@ -116,13 +147,19 @@ def execute_case(
     result = outputs if returned is None else returned
     try:
         adapter.validate_outputs(result, case, getattr(plugin, "name", "?"))
+        elsewhere = wrong_device(result, device)
     except Exception as exc:  # noqa: BLE001
         failures.append(
             checks.fail("output_layout", case, str(exc) if isinstance(exc, MoEPluginsError) else error_text(exc))
         )
         return failures
+    if elsewhere:
+        failures.append(
+            checks.fail("output_layout", case, f"plugin {getattr(plugin, 'name', '?')!r} returned {elsewhere}")
+        )
+        return failures
     checks.ok("output_layout")
-    changed = adapter.inputs_changed(snapshot, inputs, case)
+    changed = inputs_problem(adapter, plugin, snapshot, inputs, case)
     if changed:
         failures.append(checks.fail("inputs_unchanged", case, changed))
     else:
@@ -188,10 +225,10 @@ def _repeats(
     def fail(name: str, error: str) -> None:
         failures.append(checks.fail(name, case, error))
 
-    # 2. identical inputs
+    # 2. identical inputs, marked writable where the op lets a host mark them
     varies = not exact
     try:
-        again = call(adapter.make_inputs(case, device))
+        again = call(mark_writable(adapter.make_inputs(case, device), adapter.op))
     except Exception as exc:  # noqa: BLE001
         fail("deterministic", f"the second run() on identical inputs raised {error_text(exc)}; the first did not")
         return failures

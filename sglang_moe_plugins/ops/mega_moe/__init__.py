@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, cast
 from ...errors import InvalidArgumentError, OutputValidationError
 from ...hardware import platform_of
 from ...lazy import lazy_module
-from ..base import BF16_MIN_NORMAL, OpSpec, finite_float
+from ..base import BF16_MIN_NORMAL, OpSpec, check_output_devices, finite_float
 from .types import (
     ACTIVATIONS,
     DEFAULT_MAX_TOKENS_PER_RANK,
@@ -293,9 +293,10 @@ def validate_outputs(
     plugin: str | None = None,
     inputs: MegaMoEInputs | None = None,
 ) -> None:
-    """Check dtype, rank, width and contiguity of ``y`` (metadata only); with the call's ``inputs``,
+    """Check dtype, device, rank, width and contiguity of ``y`` (metadata only); with the call's ``inputs``,
     also that ``y`` has at least ``max(num_tokens, 1)`` rows (the shape key holds no token count, so
-    without ``inputs`` only ``>= 1`` row can be checked)."""
+    without ``inputs`` only ``>= 1`` row can be checked) and is on their device (without them: on a device of
+    the config's platform's type)."""
     who = f"plugin {plugin!r}" if plugin else OP
     if not isinstance(outputs, MegaMoEOutputs):
         raise OutputValidationError(
@@ -306,6 +307,11 @@ def validate_outputs(
         raise OutputValidationError(
             f"{who} returned y.dtype={getattr(y, 'dtype', type(y).__name__)}, the host requires torch.bfloat16"
         )
+
+    def fail(what: str, got: object, want: object) -> OutputValidationError:
+        return OutputValidationError(f"{who} returned {what}={got}, the host requires {want}")
+
+    check_output_devices(fail, (("y", y),), None if inputs is None else inputs.device, config.platform, "hidden_states")
     if y.dim() != 2 or y.shape[1] != shape.hidden or y.shape[0] < 1:
         raise OutputValidationError(
             f"{who} returned y.shape={tuple(y.shape)}, the host requires [max(num_tokens, 1), {shape.hidden}]"
