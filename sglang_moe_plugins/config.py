@@ -90,6 +90,7 @@ from .config_values import (
     _policy,
     _string_list,
     did_you_mean,
+    env_switches,
     unknown_env_warnings,
 )
 from .errors import ConfigError
@@ -314,9 +315,9 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
         config = parse_config(_parse_file(path, f"{CONFIG_ENV}={raw!r}"), source=path)
     else:
         config = UserConfig()
-    disable = set(config.disable)
-    enable = set(config.enable)
-    priority = dict(config.priority)
+    enable_env, force_env, priority_env = env_switches(env)  # the --moe-plugins-* server arguments' variables
+    disable, enable = set(config.disable), {*config.enable, *enable_env}
+    priority = {**config.priority, **dict(priority_env)}
     provenance = dict(config.provenance)
     notes = list(config.notes)
     strict = config.strict
@@ -338,7 +339,7 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
         stock.add(op)
         from_env.add(op)
         provenance[f"stock:{op}"] = f"left to SGLang by {STOCK_ENV}"
-    force = dict(config.force)
+    force = {**config.force, **dict(force_env)}
     warnings = []
     # The environment's rollback wins over the file's force (a warning); the file's own contradiction is an error.
     for op in sorted(set(force) & _expand_all(from_env) - _expand_all(set(config.stock))):

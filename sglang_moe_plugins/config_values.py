@@ -26,6 +26,7 @@ __all__ = [
     "ON_CONFIG_ERROR_ENV",
     "MASKED_LAYOUT_ENV",
     "REQUIRE_KNOWN_ENV",
+    "env_switches",
     "KNOWN_ENV",
     "did_you_mean",
     "unknown_env_warnings",
@@ -162,3 +163,18 @@ def _expand_all(names: set[str]) -> frozenset[str]:
     from .ops import OPS  # at call time: the op specs import no torch, and this module stays below them
 
     return frozenset(names - {STOCK_ALL}) | frozenset(OPS)
+
+
+def env_switches(
+    env: Mapping[str, str],
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...], tuple[tuple[str, int], ...]]:
+    """``SGLANG_MOE_PLUGINS_ENABLE`` (``a,b``), ``_FORCE`` (``op=plugin,...``) and ``_PRIORITY`` (``plugin=N,...``), the
+    variables the ``--moe-plugins-enable/force/priority`` server arguments set: (enable, force pairs, priority
+    pairs); an empty or unset variable is none. Raises ConfigError naming the variable, the value and the form."""
+    from .integrations.sglang.server_args import ENABLE_ENV, FORCE_ENV, PRIORITY_ENV, parse_switch
+
+    def read(name: str, kind: str) -> Any:
+        raw = env.get(name, "")
+        return parse_switch(kind, raw, name) if raw.strip() else ()
+
+    return read(ENABLE_ENV, "names"), read(FORCE_ENV, "force"), read(PRIORITY_ENV, "priority")
