@@ -52,6 +52,9 @@ class ModelSpec:
     status: str
     #: Quantization group size the checkpoint declares (``weight_block_size[1]``), when known.
     group_size: int | None = None
+    #: Why SGLang's DeepGEMM MoE runner never makes this model's silu_mul_quant calls (its experts are bf16,
+    #: or quantized by a method other than FP8); "" when it does (every catalog model: explained as served in FP8).
+    not_served: str = ""
 
     @property
     def swiglu_limit(self) -> float | None:

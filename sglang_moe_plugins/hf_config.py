@@ -14,7 +14,31 @@ from .catalog import ModelSpec
 from .errors import InvalidArgumentError
 from .ops.base import BF16_MIN_NORMAL, finite_float
 
-__all__ = ["read_hf_config"]
+__all__ = ["DenseModelError", "BF16_NOT_SERVED", "read_hf_config"]
+
+#: Why SGLang's DeepGEMM MoE runner makes no silu_mul_quant call for a bf16 checkpoint (0.5.16-0.5.23:
+#: ``DeepGemmRunnerCore.run`` takes ``_run_masked_bf16_gemm`` / ``_run_bf16_contiguous_gemm`` for bf16 weights).
+BF16_NOT_SERVED = (
+    "bf16 weights (no quantization_config): SGLang's DeepGEMM MoE runner makes these calls on its FP8 path only; "
+    "bf16 experts run on its bf16 path (--moe-runner-backend deep_gemm) or on the triton runner (the default), "
+    "so no plugin is involved. Launched with --quantization fp8 (online FP8), the FP8 path runs them: "
+    "explain --quantization fp8 explains that"
+)
+
+
+class DenseModelError(InvalidArgumentError):
+    """The config.json has no routed experts (no ``num_experts``-like key, or 0): a dense model, which runs no MoE
+    layer. ``name`` is the model's printable name."""
+
+    def __init__(self, name: str, source: str):
+        super().__init__(
+            "model config",
+            "/".join(_HF_EXPERTS),
+            None,
+            f"one of these keys in {source} (a MoE model's config.json; this one is a dense model)",
+        )
+        self.name = name
+
 
 #: HuggingFace config keys, in the order tried: routed experts, per-expert intermediate size, experts per token.
 _HF_EXPERTS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
@@ -75,7 +99,10 @@ def _file_kind(mode: int) -> str:
 def _read_config(source: str) -> bytes:
     """The bytes of a config.json: anything but a regular file of at most :data:`_CONFIG_MAX_BYTES` is refused
     before it is read (opening a FIFO blocks until a writer comes; ``/dev/zero`` never ends). Opened without
-    blocking and checked again on the open file, so a path swapped after the first check is refused too."""
+    blocking and checked again on the open file, so a path swapped after the first check is refused too.
+    A directory is read as SGLang reads ``--model-path``: its ``config.json``."""
+    if os.path.isdir(source):
+        source = os.path.join(source, "config.json")
 
     def refuse(allowed: str) -> InvalidArgumentError:
         return InvalidArgumentError("model config", "path", source, allowed)
@@ -109,7 +136,9 @@ def read_hf_config(path: str | os.PathLike[str]) -> ModelSpec:
     intermediate size (``moe_intermediate_size``, else ``intermediate_size``), ``num_experts_per_tok``,
     ``hidden_size``, ``swiglu_limit`` and the quantization group size (``quantization_config.weight_block_size``),
     from the top level or from ``text_config`` (multimodal configs). gpt-oss (``model_type`` ``gpt_oss``) is
-    marked as its clamped activation, which SGLang runs through its own ``gemm1_alpha`` path.
+    marked as its clamped activation, which SGLang runs through its own ``gemm1_alpha`` path. ``path`` may be a
+    model directory (SGLang's ``--model-path``): its ``config.json`` is read. A config without routed experts
+    raises :class:`DenseModelError`; bf16 weights, or a quantization method other than FP8, set ``not_served``.
     """
     path_text = os.fspath(path)
     data = _read_config(path_text)
@@ -125,6 +154,8 @@ def read_hf_config(path: str | os.PathLike[str]) -> ModelSpec:
     if not isinstance(raw, dict):
         raise InvalidArgumentError("model config", "path", source, "a JSON object (a HuggingFace config.json)")
     cfg = {**raw, **raw["text_config"]} if isinstance(raw.get("text_config"), dict) else raw
+    if all(cfg.get(key) in (None, 0) for key in _HF_EXPERTS):
+        raise DenseModelError(_model_name(raw, path_text), source)
     experts = _hf_int(cfg, _HF_EXPERTS, source)
     inter = _hf_int(cfg, _HF_INTER, source)
     topk = _hf_int(cfg, _HF_TOPK, source)
@@ -165,14 +196,20 @@ def read_hf_config(path: str | os.PathLike[str]) -> ModelSpec:
         act = "gpt-oss clamped swiglu"
     else:
         act = f"swiglu_limit={limit!r}" if limit is not None else "silu"
-    given = raw.get("_name_or_path")
-    name = os.path.basename(given.rstrip("/")) if isinstance(given, str) else ""
-    name = name or os.path.basename(os.path.dirname(os.path.abspath(path_text))) or os.path.basename(path_text)
     method = quant.get("quant_method")
     method = str(_shown(method)) if method is not None else "quantized" if block else "bf16"
     quant_text = f"{method} block {block[0]}x{block[1]}" if block else method
+    if not quant:
+        not_served = BF16_NOT_SERVED
+    elif method != "fp8" and not (block and quant.get("quant_method") is None):
+        not_served = (
+            f"quantization_config.quant_method {method!r}: not modelled (explain models SGLang's FP8 MoE method, "
+            "quant_method 'fp8', whose DeepGEMM runner makes these calls, and bf16 weights)"
+        )
+    else:
+        not_served = ""
     return ModelSpec(
-        f"config/{_printable(name[:200])}",
+        f"config/{_model_name(raw, path_text)}",
         hidden,
         inter,
         experts,
@@ -182,4 +219,15 @@ def read_hf_config(path: str | os.PathLike[str]) -> ModelSpec:
         quant_text,
         f"read from {source}",
         group,
+        not_served,
     )
+
+
+def _model_name(raw: dict[str, Any], path_text: str) -> str:
+    """The model's printable name: ``_name_or_path``'s last part, else the directory's name, else the file's."""
+    given = raw.get("_name_or_path")
+    name = os.path.basename(given.rstrip("/")) if isinstance(given, str) else ""
+    if not name:
+        folder = path_text if os.path.isdir(path_text) else os.path.dirname(os.path.abspath(path_text))
+        name = os.path.basename(os.path.abspath(folder)) or os.path.basename(path_text)
+    return _printable(name[:200])
