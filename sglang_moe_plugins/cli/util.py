@@ -24,6 +24,8 @@ __all__ = [
     "platform_arg",
     "positive_int",
     "limit_arg",
+    "int_list_arg",
+    "flat",
     "rows_arg",
     "to_json",
 ]
@@ -149,9 +151,9 @@ def limit_arg(text: str) -> float:
 
 
 def rows_arg(text: str) -> tuple[int, ...]:
-    parts = [p.strip() for p in text.split(",")]
+    """Comma-separated ints >= 1 (``64,128``; the one list syntax of the command line), duplicates dropped."""
     out = []
-    for part in parts:
+    for part in (p.strip() for p in text.split(",")):
         try:
             value = int(part)
         except ValueError:
@@ -162,3 +164,17 @@ def rows_arg(text: str) -> tuple[int, ...]:
             raise argparse.ArgumentTypeError(f"{text!r}: {value} is not allowed; allowed: comma-separated ints >= 1")
         out.append(value)
     return tuple(dict.fromkeys(out))
+
+
+def int_list_arg(text: str) -> tuple[int, ...]:
+    """A list option given comma-separated (``1,2,8``) as :func:`rows_arg`; one value is checked (and refused) as
+    :func:`positive_int` does (``--ep 0``), as when these options took one int per word."""
+    return rows_arg(text) if "," in text else (positive_int(text),)
+
+
+def flat(values: Sequence[Sequence[int]] | Sequence[int]) -> list[int]:
+    """A list option's values in order, duplicates dropped: ``nargs="+"`` of :func:`int_list_arg` (``--ep 1 2,8``)."""
+    out: list[int] = []
+    for value in values:
+        out.extend(value if isinstance(value, (tuple, list)) else (value,))
+    return list(dict.fromkeys(out))
