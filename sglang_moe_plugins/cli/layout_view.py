@@ -1,6 +1,8 @@
 """What ``explain`` says about a model's DeepGEMM layouts on the installed SGLang release: which layout the release
 takes and why (its activation guard, DeepEP mode, or the memory policy, which cannot be known offline), which
-op and plugin then runs, and what stock SGLang runs instead.
+op and plugin then runs, and what stock SGLang runs instead; and per call what the installed release's own
+function does with it (:func:`stock_masked`, :func:`stock_contig`, :func:`stock_mega`: its kernel, or that it
+crashes and with which of SGLang's assertions, as read from the released wheels).
 
 SGLang's guard (``_masked_activation_unsupported_reason``, the same body in 0.5.20-0.5.23) is modelled by
 :func:`sglang_guard_reason`; ``tests/test_layout_view.py`` checks it against the installed release's function.
@@ -15,10 +17,132 @@ from typing import Any
 from ..hardware import Platform
 from ..integrations.sglang.versions import _release_key, sglang_version
 
-__all__ = ["GUARD_RELEASE", "LayoutView", "sglang_guard_reason", "layout_view"]
+__all__ = [
+    "GUARD_RELEASE",
+    "LayoutView",
+    "StockOutcome",
+    "hooked_here",
+    "layout_view",
+    "sglang_guard_reason",
+    "stock_contig",
+    "stock_masked",
+    "stock_mega",
+]
 
 #: The first release whose compact layout takes the configs the guard refuses (before it: an assert).
 GUARD_RELEASE = "0.5.20"
+#: The first release whose masked activation sends only clamped/swizzled calls to the DSV4 JIT kernel (0.5.16:
+#: every call whose shape fits it, and a clamped call that does not fit asserts).
+_ARGUMENT_RELEASE = "0.5.17"
+
+
+@dataclass(frozen=True)
+class StockOutcome:
+    """What stock SGLang (``release``) does with one call: ``runs`` names its kernel, or starts with "crashes: "
+    (``raises``) and gives SGLang's own assertion or the kernel limit it breaks."""
+
+    release: str | None
+    runs: str
+    raises: bool = False
+
+    def describe(self) -> str:
+        return f"stock SGLang {self.release or '(not installed)'}: {self.runs}"
+
+
+def _after(release: str | None, first: str) -> bool:
+    return release is None or _release_key(release) >= _release_key(first)
+
+
+def hooked_here(op: str, release: str | None) -> bool:
+    """Whether the package hooks ``op`` on ``release`` (its version-table entry, or the newest one for a newer
+    release; not installed: the newest)."""
+    from ..integrations.sglang.version_table import KNOWN_TARGETS
+
+    newest = max(KNOWN_TARGETS, key=_release_key)
+    if release is None or _release_key(release) > _release_key(newest):
+        targets = KNOWN_TARGETS[newest]
+    else:
+        targets = KNOWN_TARGETS.get(release.split("+", 1)[0], ())
+    return any(t.op == op for t in targets)
+
+
+def _jit_limit(experts: int, hidden: int, group_size: int) -> str | None:
+    """The DSV4 JIT kernel's own limit a shape breaks (its .cuh, as plugin ``jit_ep`` reads them), if any."""
+    from ..plugins.sglang_kernels.jit_ep import MAX_EXPERTS, MAX_HIDDEN
+
+    if hidden % 256:
+        return f"D ({hidden}) must be a multiple of 256"
+    if hidden > MAX_HIDDEN:
+        return f"D ({hidden}) must be <= {MAX_HIDDEN}"
+    if experts > MAX_EXPERTS:
+        return f"E ({experts}) must be <= {MAX_EXPERTS}"
+    if group_size not in (32, 128):
+        return f"group_size ({group_size}) must be 32 or 128"
+    return None
+
+
+def stock_masked(
+    release: str | None, *, experts: int, rows: int | None, hidden: int, group_size: int, clamped: bool
+) -> StockOutcome:
+    """The installed release's ``_varlen_deep_gemm_silu_mul_quant`` on a call (E, N = ``rows``, D, group); no
+    gemm1_alpha, swizzle or keep_fp32 (explain's calls). ``rows`` None: N % 4 == 0 assumed (the layouts' view)."""
+    groups = hidden // group_size
+    n = "N" if rows is None else str(rows)
+    fits = (rows is None or rows % 4 == 0) and groups % 4 == 0 and hidden // 8 >= experts
+    jit = "the DSV4 JIT kernel silu_and_mul_masked_post_quant"
+    limit = _jit_limit(experts, hidden, group_size)
+    if not _after(release, _ARGUMENT_RELEASE):  # 0.5.16: by shape
+        if fits:
+            if limit is None:
+                return StockOutcome(release, jit)
+            return StockOutcome(release, f"crashes: outside {jit}'s limits: {limit}", True)
+        if clamped:
+            return StockOutcome(
+                release,
+                "crashes: AssertionError: swiglu_limit (DeepSeek V4) requires SGLANG_OPT_USE_JIT_EP_ACTIVATION=True "
+                f"(its JIT kernel is skipped: N={n} G={groups} D={hidden} E={experts} breaks N % 4 == 0, G % 4 == 0 "
+                "or D // 8 >= E)",
+                True,
+            )
+        return StockOutcome(release, "the Triton kernel silu_and_mul_masked_post_quant_fwd (row-major scales)")
+    if not clamped:
+        return StockOutcome(release, "per_token_group_quant (fused SiLU, masked; SiLU rounded to bf16)")
+    if not fits:
+        return StockOutcome(
+            release,
+            "crashes: AssertionError: DSV4 JIT activation requires N % 4 == 0, G % 4 == 0 and D // 8 >= num_experts, "
+            f"got N={n} G={groups} D={hidden} E={experts}",
+            True,
+        )
+    if limit is not None:
+        return StockOutcome(release, f"crashes: outside {jit}'s limits: {limit}", True)
+    return StockOutcome(release, jit)
+
+
+def stock_contig(release: str | None, *, clamped: bool) -> StockOutcome:
+    """The compact runner's activation step on the release (no swizzle or keep_fp32: its two-kernel branch)."""
+    if not _after(release, GUARD_RELEASE):
+        first = "silu_and_mul (the limit applied first in torch)" if clamped else "silu_and_mul"
+    else:
+        first = "silu_and_mul_clamp" if clamped else "silu_and_mul"
+    return StockOutcome(release, f"two kernels: {first} into bf16, then sglang_per_token_group_quant_fp8")
+
+
+#: The plugin that calls the DeepGEMM MegaMoE kernel stock SGLang calls, per variant; its shape checks model
+#: DeepGEMM's own (``check_mega_moe_shapes``, the block-128 scales of sm90, the top_k packing).
+_MEGA_KERNEL_PLUGINS = {"fp8xfp4": "mega_w4a8", "mxf4xmxf4": "mega_w4a4", "sm90_fp8": "mega_sm90_fp8"}
+_MEGA_SHAPE_LIMITS = ("check_mega_moe_shapes", "(block-128 scales)", "(the kernel packs")
+
+
+def stock_mega(release: str | None, label: str, variant: str, candidates: Any = ()) -> StockOutcome:
+    """SGLang's ``run_mega_routed_experts`` (``--moe-a2a-backend megamoe``) with the variant's weights: DeepGEMM's
+    kernel, or, where the plugin calling that kernel finds a shape outside DeepGEMM's checks, the crash."""
+    name = _MEGA_KERNEL_PLUGINS.get(variant)
+    for candidate in candidates:
+        if candidate.name == name and candidate.verdict == "unsupported":
+            if any(mark in candidate.reason for mark in _MEGA_SHAPE_LIMITS):
+                return StockOutcome(release, f"crashes: DeepGEMM's MegaMoE kernel refuses it: {candidate.reason}", True)
+    return StockOutcome(release, f"DeepGEMM's MegaMoE kernel ({label}) through run_mega_routed_experts")
 
 
 def sglang_guard_reason(
@@ -59,15 +183,8 @@ class LayoutView:
         ]
 
 
-def _stock_masked_kernel(hidden: int, experts: int, group_size: int, clamped: bool) -> str:
-    if not clamped:
-        return "per_token_group_quant (fused SiLU, masked; SiLU rounded to bf16)"
-    if hidden // 8 >= experts and group_size in (32, 128) and hidden % 256 == 0:
-        return "the DSV4 JIT kernel silu_and_mul_masked_post_quant"
-    return (
-        "the DSV4 JIT kernel behind its asserts (N % 4, G % 4, D // 8 >= E): AssertionError on this shape "
-        f"(D // 8 = {hidden // 8}, E = {experts})"
-    )
+def _stock_masked_kernel(release: str | None, hidden: int, experts: int, group_size: int, clamped: bool) -> str:
+    return stock_masked(release, experts=experts, rows=None, hidden=hidden, group_size=group_size, clamped=clamped).runs
 
 
 def layout_view(
@@ -125,10 +242,13 @@ def layout_view(
     memory = "masked, if SGLang's memory policy allows (SGLANG_DEEPGEMM_STANDARD_LAYOUT=auto: decided at run time, unknown offline)"
     if not has_guard:
         stock_layout = f"masked (releases before {GUARD_RELEASE} have no compact fallback for the activation)"
-        stock_runs = _stock_masked_kernel(hidden, experts, group_size, clamped)
+        stock_runs = _stock_masked_kernel(release, hidden, experts, group_size, clamped)
         package_layout, package_runs = "masked", masked_runs
     elif guard is None:
-        stock_layout, stock_runs = memory + "; else compact", _stock_masked_kernel(hidden, experts, group_size, clamped)
+        stock_layout, stock_runs = (
+            memory + "; else compact",
+            _stock_masked_kernel(release, hidden, experts, group_size, clamped),
+        )
         package_layout, package_runs = stock_layout, f"{masked_runs}; compact: {contig_runs}"
     else:
         stock_layout, stock_runs = f"compact (SGLang's guard: {guard})", two_kernels
@@ -149,7 +269,7 @@ def layout_view(
         else "compact always; stock: two kernels (the package hooks the compact runner from 0.5.20)"
     )
     deepep_ll = (
-        f"masked always (the guard is not consulted); stock: {_stock_masked_kernel(hidden, experts, group_size, clamped)}; "
+        f"masked always (the guard is not consulted); stock: {_stock_masked_kernel(release, hidden, experts, group_size, clamped)}; "
         f"package: {masked_runs}"
     )
     return LayoutView(
