@@ -15,8 +15,14 @@ import pytest
 
 EXE = [sys.executable, "-m", "sglang_moe_plugins.cli"]
 
-#: The keys explain reads, as a MoE model's config.json has them (Qwen3-30B-A3B's sizes).
-BASE = {"hidden_size": 2048, "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8}
+#: The keys explain reads, as a MoE model's config.json has them (Qwen3-30B-A3B-FP8's sizes and quantization).
+BASE = {
+    "hidden_size": 2048,
+    "moe_intermediate_size": 768,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},
+}
 
 #: A Mersenne prime: no EP size but 1 and itself divides it, and listing its divisors never ends.
 HUGE_PRIME = 2**61 - 1
