@@ -237,3 +237,28 @@ ENTRY_POINTS = {
     "rt2_fault_meta_later": "rt2_fault_plugins:MetaOutputsLater",
     "rt2_fault_sysexit": "rt2_fault_plugins:SystemExitInRun",
 }
+
+
+class ContigOwnOutputs(ContigMetaOutputsLater):
+    """``silu_mul_quant_contig``: right values, always in outputs of its own on the right device (SGLang's buffers are
+    left as they were): the host must copy them into SGLang's buffers, which its down GEMM reads."""
+
+    name = "rt2_fault_contig_own"
+
+    def run(self, inputs, outputs, shape, config):
+        import torch
+
+        from sglang_moe_plugins.ops.silu_mul_quant_contig import ContigOutputs
+        from sglang_moe_plugins.plugins.reference.silu_mul_quant_contig import silu_mul_quant_contig_reference
+
+        own = ContigOutputs(
+            torch.empty_like(outputs.out),
+            torch.empty_strided(
+                tuple(outputs.scale.shape),
+                outputs.scale.stride(),
+                dtype=outputs.scale.dtype,
+                device=outputs.scale.device,
+            ),
+        )
+        silu_mul_quant_contig_reference(inputs, own, shape, config)
+        return own

@@ -496,3 +496,17 @@ def test_probe_f6_system_exit(probe):
     assert probe["rt2_fault_sysexit strict=False"] == ["right"] * 3
     for call in probe["rt2_fault_sysexit strict=True"]:
         assert call.startswith("MoEPluginsError: plugin 'rt2_fault_sysexit' raised SystemExit(3)")
+
+
+def test_contig_outputs_of_a_plugins_own_reach_sglangs_buffers(compact_runner):
+    """A plugin that returns outputs of its own (right device, right values) instead of filling SGLang's buffers:
+    the hook copies them into SGLang's buffers, which the down GEMM reads (they were left unwritten before)."""
+    _contig_ready()
+    api.reload(UserConfig(), entry_points=[rt2("rt2_fault_contig_own", "ContigOwnOutputs")])
+    for seed in (40, 41):
+        compact_runner.calls.clear()
+        run_layer(make_layer(rows=13, seed=seed))
+        first, second = compact_runner.calls
+        want = _contig_expected(first["out"])
+        assert torch.equal(second["a"].view(torch.uint8), want.out.view(torch.uint8)), seed
+        assert torch.equal(second["a_scale"], want.scale)

@@ -240,8 +240,26 @@ def contig_kernel_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) 
         detail = "a fused-kernel call that differs from the step the runner hook read (SGLang's kernel runs it)"
         return delegate(_OP, "kernel-mismatch", detail, original, args, kwargs)
     outputs = contig.ContigOutputs(out, scale)
-    api.current_selector().call(context.bound, contig.ContigInputs(gateup, True), outputs, device=context.device)
+    result = api.current_selector().call(
+        context.bound, contig.ContigInputs(gateup, True), outputs, device=context.device
+    )
+    if result is not outputs:  # a plugin returned outputs of its own: SGLang's GEMM reads only its own buffers
+        _copy_back(result, outputs, context.bound.name)
     return None
+
+
+def _copy_back(result: Any, outputs: Any, plugin: str) -> None:
+    """Copy a plugin's own outputs into SGLang's buffers, same shapes only (``copy_`` would broadcast)."""
+    for name in ("out", "scale"):
+        got, want = getattr(result, name), getattr(outputs, name)
+        if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
+            from ...errors import OutputValidationError
+
+            raise OutputValidationError(
+                f"plugin {plugin!r} returned {name}.shape={tuple(got.shape)} {got.dtype} on op {_OP!r}; SGLang's buffer "
+                f"is {tuple(want.shape)} {want.dtype}"
+            )
+        want.copy_(got)
 
 
 def _kernel_arguments(
