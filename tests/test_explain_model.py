@@ -90,10 +90,15 @@ def test_config_json_gives_the_catalog_decisions(tmp_path, name):
     path.parent.mkdir()
     path.write_text(json.dumps(CONFIGS[name]))
     common = ("--ep", "1", "8", "--rows", "64,128", "--platform", "sm100", "--json")
-    from_file = cli("explain", "--model", str(path), *common)
+    # catalog models are explained as FP8 deployments; a config.json without quantization_config says bf16
+    quantization = () if "quantization_config" in json.dumps(CONFIGS[name]) else ("--quantization", "fp8")
+    from_file = cli("explain", "--model", str(path), *common, *quantization)
     from_catalog = cli("explain", "--model", name, *common)
-    assert from_file.returncode == 0, from_file.stdout + from_file.stderr
-    assert from_catalog.returncode == 0, from_catalog.stdout + from_catalog.stderr
+    # exit 1: some call would raise (Qwen3-30B's EP8 W4A4 MegaMoE call on sm100 has no plugin: 768 % 512)
+    assert from_file.returncode == from_catalog.returncode in (0, 1), from_file.stdout + from_file.stderr
+    assert from_catalog.returncode == (
+        1 if any(c["outcome"].startswith("raises") for c in json.loads(from_catalog.stdout)["calls"]) else 0
+    )
     a, b = json.loads(from_file.stdout), json.loads(from_catalog.stdout)
     assert len(a["calls"]) >= 3
     assert _decisions(a) == _decisions(b)
@@ -121,10 +126,9 @@ def test_config_json_group_size_and_errors(tmp_path):
     with pytest.raises(InvalidArgumentError, match="num_experts/n_routed_experts"):
         model_from_hf_config(_write(tmp_path, "dense", no_experts))
     result = cli("explain", "--model", str(_write(tmp_path, "dense2", no_experts)))
-    assert result.returncode == 2 and result.stderr.startswith("sglang-moe-plugins explain: error: --model: "), (
-        result.stderr
-    )
-    assert "num_experts/n_routed_experts/num_local_experts" in result.stderr and "Traceback" not in result.stderr
+    # a config.json without expert keys is a dense model: named as such, nothing to explain, exit 0
+    assert result.returncode == 0 and "dense" in result.stdout + result.stderr, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
 
     odd_group = json.loads(json.dumps(CONFIGS["Qwen3-30B-A3B-FP8"]))
     odd_group["quantization_config"]["weight_block_size"] = [128, 96]
