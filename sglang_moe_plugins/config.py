@@ -42,10 +42,9 @@ Environment:
 The file must be a regular file of at most :data:`MAX_CONFIG_BYTES` (a FIFO, device or socket is refused
 without being opened), UTF-8 (a BOM is accepted); ``~`` in the path is expanded.
 
-This module only parses and checks the form. Plugin names are checked against the registry when the
-configuration is applied (:meth:`UserConfig.check_names`), with errors that list the valid names and the
-closest one; contradictions (``force`` of a ``stock`` op or of a disabled plugin, a plugin both enabled and
-disabled) are errors naming both keys.
+This module parses and checks the form; plugin names are checked when the configuration is applied
+(:meth:`UserConfig.check_names`: errors list the valid names and the closest one). Contradictions (``force`` of a
+``stock`` op or of a disabled plugin, a plugin both enabled and disabled) are errors naming both keys.
 """
 
 from __future__ import annotations
@@ -87,6 +86,7 @@ from .config_values import (
     _hashable,
     _masked_layout,
     _names,
+    _one_or_list,
     _policy,
     _string_list,
     did_you_mean,
@@ -263,7 +263,7 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConf
     on_config_error = _policy(data.get("on_config_error", "closed"), f"on_config_error{where}")
     masked_layout = _masked_layout(data.get("masked_layout", "measured"), f"masked_layout{where}")
     allow = _string_list(data["allow"], "allow", where) if "allow" in data else None
-    stock = _string_list(data.get("stock", []), "stock", where, "op names")
+    stock = _string_list(_one_or_list(data.get("stock", [])), "stock", where, "op names")  # "all" as a string too
     disable = _string_list(data.get("disable", []), "disable", where)
     enable = _string_list(data.get("enable", []), "enable", where)
     priority = data.get("priority", {})

@@ -22,6 +22,7 @@ from .config_values import (
     STOCK_ALL,
     STOCK_ENV,
     _names,
+    _one_or_list,
     _string_list,
     did_you_mean,
 )
@@ -92,6 +93,8 @@ def parse_file(path: str, origin: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{origin}: TOML syntax error: {exc}") from None
+    except RecursionError:  # tomllib recurses per nesting level: a hostile file must not escape as RecursionError
+        raise ConfigError(f"{origin}: TOML nested too deeply to read") from None
 
 
 def config_path(env: Mapping[str, str]) -> str:
@@ -148,7 +151,8 @@ def stock_rollback(ops: Iterable[str], env: Mapping[str, str] | None = None) -> 
     path = config_path(env)
     if path:
         try:
-            names = _string_list(parse_file(path, CONFIG_ENV).get("stock", []), "stock", "", "op names")
+            raw = _one_or_list(parse_file(path, CONFIG_ENV).get("stock", []))  # "all" as a string too
+            names = _string_list(raw, "stock", "", "op names")
         except ConfigError:  # unreadable, not TOML, or the key malformed: its ConfigError names it
             names = frozenset()
         origins.update((name, f"'stock' in {path}") for name in sorted(names))

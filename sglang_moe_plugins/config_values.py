@@ -171,10 +171,15 @@ def env_switches(
     """``SGLANG_MOE_PLUGINS_ENABLE`` (``a,b``), ``_FORCE`` (``op=plugin,...``) and ``_PRIORITY`` (``plugin=N,...``), the
     variables the ``--moe-plugins-enable/force/priority`` server arguments set: (enable, force pairs, priority
     pairs); an empty or unset variable is none. Raises ConfigError naming the variable, the value and the form."""
-    from .integrations.sglang.server_args import ENABLE_ENV, FORCE_ENV, PRIORITY_ENV, parse_switch
+    from .switch_values import ENABLE_ENV, FORCE_ENV, PRIORITY_ENV, parse_switch
 
     def read(name: str, kind: str) -> Any:
         raw = env.get(name, "")
         return parse_switch(kind, raw, name) if raw.strip() else ()
 
     return read(ENABLE_ENV, "names"), read(FORCE_ENV, "force"), read(PRIORITY_ENV, "priority")
+
+
+def _one_or_list(value: Any) -> Any:
+    """A single string where a list of names is expected (``stock = "all"``) is a list of one."""
+    return [value] if isinstance(value, str) else value

@@ -45,7 +45,7 @@ def test_new_settings_parse_and_env_overrides(tmp_path):
     "text, message",
     [
         ('on_config_error = "open"', "on_config_error in"),
-        ('stock = "mega_moe"', "stock in"),
+        ("stock = 7", "stock in"),
         ("priority = { triton = 99999999999999999999 }", "does not fit a 64-bit integer"),
         ("priority = { triton = -9223372036854775809 }", "does not fit a 64-bit integer"),
     ],
@@ -53,6 +53,26 @@ def test_new_settings_parse_and_env_overrides(tmp_path):
 def test_bad_values_are_config_errors(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message):
         load_config({"SGLANG_MOE_PLUGINS_CONFIG": _file(tmp_path, text)})
+
+
+@pytest.mark.parametrize("text, ops", [('stock = "mega_moe"', {"mega_moe"}), ('stock = "all"', None)])
+def test_a_single_stock_name_is_a_list_of_one(tmp_path, text, ops):
+    # The rollback written as one string (the docs show "all") must never fail closed.
+    from sglang_moe_plugins.config_file import stock_rollback
+
+    path = _file(tmp_path, text)
+    stock = load_config({"SGLANG_MOE_PLUGINS_CONFIG": path}).stock
+    assert stock == ops if ops is not None else len(stock) >= 3
+    assert stock_rollback(("silu_mul_quant", "mega_moe"), {"SGLANG_MOE_PLUGINS_CONFIG": path}).ops >= (ops or set())
+
+
+def test_a_deeply_nested_file_is_a_config_error(tmp_path):
+    from sglang_moe_plugins.config_file import stock_rollback
+
+    path = _file(tmp_path, "a = " + "[" * 5000)
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_config({"SGLANG_MOE_PLUGINS_CONFIG": path})
+    assert stock_rollback(("silu_mul_quant",), {"SGLANG_MOE_PLUGINS_CONFIG": path}).ops == frozenset()
 
 
 def test_priority_at_the_int64_bounds_is_accepted():

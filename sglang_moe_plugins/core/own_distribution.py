@@ -74,7 +74,10 @@ def _hook_took_effect(where: Path, hooks: list[str], package: Path) -> bool:
     import sys
 
     for name, module in list(sys.modules.items()):
-        if name.startswith("__editable__") and Path(str(getattr(module, "__file__", "") or "")).parent == where:
+        if (
+            name.startswith("__editable__")
+            and Path(str(getattr(module, "__file__", "") or "")).resolve().parent == where
+        ):
             return True
     entries = {str(Path(p).resolve()) for p in sys.path if p}
     for hook in hooks:
@@ -84,7 +87,7 @@ def _hook_took_effect(where: Path, hooks: list[str], package: Path) -> bool:
             continue
         for line in lines:
             line = line.strip()
-            if line and not line.startswith(("#", "import ")) and Path(line).resolve() == package.parent:
+            if line and not line.startswith(("#", "import ")) and (where / line).resolve() == package.parent:
                 if str(package.parent) in entries:
                     return True
     return False
@@ -151,8 +154,19 @@ def installed_entry_points(group: str) -> tuple[list[Any], list[tuple[str, str]]
         for key, dist, eps in found
         if any(str(ep.value).startswith(BUILTIN_MODULE_PREFIX) for ep in eps) and is_own_distribution(dist)
     }
-    kept: list[Any] = []
     notices: list[str] = []
+    if not own_keys:  # no install of this tree (a second checkout or a worktree on sys.path): the first by name
+        for key, dist, eps in found:
+            if key == "sglang_moe_plugins" and any(str(ep.value).startswith(BUILTIN_MODULE_PREFIX) for ep in eps):
+                meta = meta_dir(dist)
+                _OWN[str(meta)] = True
+                own_keys.add(key)
+                notices.append(
+                    f"no installed distribution is the tree sglang_moe_plugins was imported from ({package_dir()}); "
+                    f"the built-ins are taken from {meta} ({_label(dist)}), the first of its name on sys.path"
+                )
+                break
+    kept: list[Any] = []
     seen: set[str] = set()
     for key, dist, eps in found:
         if key in seen:
