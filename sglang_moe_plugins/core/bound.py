@@ -221,7 +221,9 @@ def snapshot_writes(bound: BoundOp, inputs: Any) -> dict[str, torch.Tensor] | No
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return a.numel() == 0 or torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+    return a.numel() == 0 or torch.equal(
+        a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8)
+    )
 
 
 def writes_seen(snapshot: dict[str, torch.Tensor], inputs: Any) -> tuple[str, ...]:
