@@ -58,14 +58,23 @@ def _sglang_release() -> str:
 
 
 def _stock_assertion(experts: int, rows: int, hidden: int, limit: float) -> str:
-    """What the installed SGLang's own masked activation raises for that call (its asserts run before any kernel)."""
+    """What the installed SGLang's own masked activation raises for that call (its asserts run before any kernel).
+
+    An earlier test in this process may have hooked the function (load_plugins): its hook answers the call, so
+    SGLang's own function is taken from behind the wrapper (HookRegistry's and the package's both set __wrapped__).
+    """
+    import inspect
+
     import torch
-    from sglang.srt.layers.moe.moe_runner.deep_gemm import _varlen_deep_gemm_silu_mul_quant
+    from sglang.srt.layers.moe.moe_runner import deep_gemm
+
+    stock = inspect.unwrap(deep_gemm._varlen_deep_gemm_silu_mul_quant)
+    assert stock.__module__ == deep_gemm.__name__, stock
 
     gateup = torch.zeros(experts, rows, 2 * hidden, dtype=torch.bfloat16)
     masked_m = torch.full((experts,), rows, dtype=torch.int32)
     with pytest.raises(AssertionError) as info:
-        _varlen_deep_gemm_silu_mul_quant(gateup, masked_m, 128, 6, swiglu_limit=limit)
+        stock(gateup, masked_m, 128, 6, swiglu_limit=limit)
     return f"AssertionError: {info.value}"
 
 

@@ -141,15 +141,18 @@ def test_the_files_stock_holds_when_another_key_of_the_file_is_wrong(tmp_path):
 
 
 def test_a_malformed_stock_key_is_not_honoured_and_is_named(tmp_path):
-    from sglang_moe_plugins.config import load_config
+    from sglang_moe_plugins.config import load_config, stock_rollback
     from sglang_moe_plugins.errors import ConfigError
 
-    path = _file(tmp_path, 'stock = "silu_mul_quant"\n')
-    with pytest.raises(ConfigError, match=r"stock in .* must be a list of op names"):
-        load_config({"SGLANG_MOE_PLUGINS_CONFIG": path})
-    from sglang_moe_plugins.config import stock_rollback
-
-    assert stock_rollback(OPS, {"SGLANG_MOE_PLUGINS_CONFIG": path}).ops == frozenset()
+    for body in ("stock = 3\n", "stock = [1]\n", "stock = {op = 1}\n"):
+        path = _file(tmp_path, body)
+        with pytest.raises(ConfigError, match=r"stock in .* must be a list of op names \(strings\), got"):
+            load_config({"SGLANG_MOE_PLUGINS_CONFIG": path})
+        assert stock_rollback(OPS, {"SGLANG_MOE_PLUGINS_CONFIG": path}).ops == frozenset(), body
+    # One op name as a string is a list of one (like "all"): honoured by both readers, never failing closed.
+    one = _file(tmp_path, 'stock = "silu_mul_quant"\n')
+    assert load_config({"SGLANG_MOE_PLUGINS_CONFIG": one}).stock == frozenset({"silu_mul_quant"})
+    assert stock_rollback(OPS, {"SGLANG_MOE_PLUGINS_CONFIG": one}).ops == frozenset({"silu_mul_quant"})
     both = _file(tmp_path, 'stock = ["mega_moe"]\n[priority\n')  # not TOML: the key cannot be read
     assert stock_rollback(OPS, {"SGLANG_MOE_PLUGINS_CONFIG": both}).ops == frozenset()
     good = _file(tmp_path, 'stock = ["mega_moe"]\nstict = true\n')
