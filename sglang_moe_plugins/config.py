@@ -8,6 +8,8 @@ File format (every table optional)::
     allow = ["my_kernels"]               # third-party plugins (entry-point names) that may load; unset: all
     stock = ["mega_moe"]                 # ops left unhooked: SGLang's own function runs them ("all": every op)
     masked_layout = "measured"           # or "sglang": SGLang's activation guard decides the layout alone
+    parity = false                       # true: SGLang's own kernels wherever SGLang can serve a call (bit-identical)
+    reference_on_gpu = false             # true: the pure-torch references may serve CUDA calls (else only when forced)
     debug = false                        # check every call's outputs, not only the first per shape key
     disable = ["jit_ep"]                 # never select these
     enable = ["my_experimental_kernel"]  # turn on plugins that are off by default / disabled by env
@@ -31,6 +33,9 @@ Environment:
   (a warning). ``register()`` reads it through :func:`stock_rollback` (.config_file), which never fails closed.
 - ``SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR=closed|stock``, ``SGLANG_MOE_PLUGINS_MASKED_LAYOUT=measured|sglang``:
   set ``on_config_error``, ``masked_layout``. ``SGLANG_MOE_PLUGINS_STRICT=1``, ``..._DEBUG=1``: ``strict``, ``debug``.
+- ``SGLANG_MOE_PLUGINS_PARITY=1``, ``..._REFERENCE_ON_GPU=1``: ``parity``, ``reference_on_gpu``. ``parity`` adds
+  :data:`PARITY_STOCK_OPS` to ``stock`` and sets ``masked_layout = "sglang"``; the masked op's hook sends every call
+  the installed release serves to SGLang's function (``integrations/sglang/stock_rules.py``).
 - ``SGLANG_MOE_PLUGINS_REQUIRE_KNOWN_SGLANG=1``: read by ``integrations/sglang/versions.py``, checked here.
 - :data:`KNOWN_ENV` names every variable the package reads (others: :func:`unknown_env_warnings`). Booleans take
   1/0, true/false, yes/no, on/off; another word is a ConfigError.
@@ -62,7 +67,6 @@ from .config_file import (
     config_path as _config_path,
     parse_file as _parse_file,
     stock_rollback,
-    unknown_stock_op,
 )
 from .config_legacy import LEGACY_ENV, translate_legacy
 from .config_values import (
@@ -76,6 +80,9 @@ from .config_values import (
     MASKED_LAYOUT_ENV,
     ON_CONFIG_ERROR_CHOICES,
     ON_CONFIG_ERROR_ENV,
+    PARITY_ENV,
+    PARITY_STOCK_OPS,
+    REFERENCE_ON_GPU_ENV,
     REQUIRE_KNOWN_ENV,
     STOCK_ALL,
     STOCK_ENV,
@@ -94,7 +101,7 @@ from .config_values import (
     unknown_env_warnings,
 )
 from .errors import ConfigError
-from .priority_rules import PriorityRule, check_priority_rules, parse_priority_rules
+from .priority_rules import PriorityRule, parse_priority_rules
 
 __all__ = [
     "CONFIG_ENV",
@@ -110,6 +117,9 @@ __all__ = [
     "ON_CONFIG_ERROR_CHOICES",
     "MASKED_LAYOUT_ENV",
     "MASKED_LAYOUT_CHOICES",
+    "PARITY_ENV",
+    "PARITY_STOCK_OPS",
+    "REFERENCE_ON_GPU_ENV",
     "MAX_CONFIG_BYTES",
     "config_error_policy",
     "LEGACY_ENV",
@@ -136,6 +146,8 @@ _TOP_KEYS = (
     "options",
     "priority_rules",
     "masked_layout",
+    "parity",
+    "reference_on_gpu",
 )
 
 
@@ -154,6 +166,11 @@ class UserConfig:
     stock: frozenset[str] = frozenset()
     #: Who decides whether an activation-guarded config may take the masked layout (:data:`MASKED_LAYOUT_CHOICES`).
     masked_layout: str = "measured"
+    #: SGLang's own kernels wherever the installed release serves a call (PARITY_STOCK_OPS stock, the masked op's
+    #: servable calls handed to SGLang's function): outputs bit-identical to stock; the plugins only where it crashes.
+    parity: bool = False
+    #: Whether the pure-torch reference plugins (``Plugin.oracle``) may serve CUDA calls without being forced.
+    reference_on_gpu: bool = False
     disable: frozenset[str] = frozenset()
     enable: frozenset[str] = frozenset()
     priority: Mapping[str, int] = field(default_factory=lambda: _frozen({}))
@@ -173,77 +190,11 @@ class UserConfig:
         return hash(tuple(_hashable(getattr(self, f.name)) for f in fields(self)))
 
     def check_names(self, plugins: Mapping[str, str], ops: Iterable[str], known: Iterable[str] = ()) -> tuple[str, ...]:
-        """Raise ConfigError for unknown plugin or op names; return warnings for names that need not exist.
+        """Raise ConfigError for unknown plugin or op names and contradictions; return warnings for names that need
+        not exist (:func:`.config_names.check_names`)."""
+        from .config_names import check_names
 
-        ``plugins`` maps name -> op; ``ops`` is the op names, or a mapping of op name -> OpSpec (needed to
-        check the shape fields of ``priority_rules``). ``known``: entry-point names installed here but not
-        loaded (disabled, not allowed, or broken): valid in ``disable`` and ``allow``. Names in ``disable`` or
-        ``allow`` that are not installed here are warnings (one configuration may serve a mixed fleet).
-        """
-        valid = ", ".join(sorted(plugins)) or "(none registered)"
-        where = f" in {self.source}" if self.source else ""
-        installed = set(plugins) | set(known)
-        warnings = []
-        for key, names in (("disable", self.disable), ("allow", self.allow or ())):
-            for name in sorted(set(names) - installed):
-                origin = self.provenance.get(f"{key}:{name}", f"{key}{where}")
-                warnings.append(
-                    f"{key} names plugin {name!r} ({origin}), which is not installed here; ignored"
-                    + did_you_mean(name, installed)
-                )
-        for key, entries in (("enable", self.enable), ("priority", self.priority), ("options", self.options)):
-            for name in sorted(entries):
-                if name not in plugins:
-                    origin = self.provenance.get(f"{key}:{name}", f"{key}{where}")
-                    raise ConfigError(
-                        f"unknown plugin {name!r} ({origin}); valid plugins: {valid}{did_you_mean(name, plugins)}"
-                    )
-        both = sorted(self.disable & self.enable)
-        if both:
-            name = both[0]
-            enabled = self.provenance.get(f"enable:{name}", f"enabled by 'enable'{where}")
-            disabled = self.provenance.get(f"disable:{name}", f"disabled by 'disable'{where}")
-            raise ConfigError(
-                f"plugin {name!r} is both enabled and disabled ({enabled}; {disabled}); remove it from one of them"
-            )
-        op_names = sorted(ops)
-        for op in sorted(self.stock - {STOCK_ALL}):
-            if op not in op_names:
-                origin = self.provenance.get(f"stock:{op}", f"stock{where}")
-                error = unknown_stock_op(op, origin, op_names)
-                raise ConfigError(
-                    f"{error}{'' if error.endswith('?') else '.'} At SGLang start-up an unknown op in stock leaves "
-                    "every op to SGLang (nothing is hooked; never failing closed)"
-                )
-        stock = set(op_names) if STOCK_ALL in self.stock else self.stock
-        for op, name in sorted(self.force.items()):
-            if op not in op_names:
-                raise ConfigError(
-                    f"unknown op {op!r} in force{where}; valid ops: {', '.join(op_names)}{did_you_mean(op, op_names)}"
-                )
-            if name not in plugins:
-                raise ConfigError(
-                    f"unknown plugin {name!r} in force.{op}{where}; valid plugins: {valid}{did_you_mean(name, plugins)}"
-                )
-            if op in stock:
-                origin = self.provenance.get(f"stock:{op}", self.provenance.get(f"stock:{STOCK_ALL}", f"stock{where}"))
-                raise ConfigError(
-                    f"force.{op} = {name!r}{where} contradicts stock ({origin}): a stock op runs SGLang's own "
-                    f"function, a forced one only plugin {name!r}; remove {op!r} from one of them"
-                )
-            if plugins[name] != op:
-                raise ConfigError(
-                    f"force.{op} = {name!r}{where}, but plugin {name!r} implements op {plugins[name]!r}; "
-                    f"plugins of {op!r}: {', '.join(sorted(n for n, o in plugins.items() if o == op))}"
-                )
-            if name in self.disable:
-                raise ConfigError(
-                    f"force.{op} = {name!r}{where}, but {name!r} is also {self.provenance.get('disable:' + name, 'disabled')}"
-                )
-        if self.priority_rules:
-            specs = ops if isinstance(ops, Mapping) else dict.fromkeys(op_names)
-            check_priority_rules(self.priority_rules, plugins, specs, where)
-        return tuple(warnings)
+        return check_names(self, plugins, ops, known)
 
 
 def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConfig:
@@ -254,12 +205,9 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConf
         raise ConfigError(
             f"unknown key {unknown[0]!r}{where}; valid keys: {', '.join(_TOP_KEYS)}{did_you_mean(unknown[0], _TOP_KEYS)}"
         )
-    strict = data.get("strict", False)
-    if not isinstance(strict, bool):
-        raise ConfigError(f"strict{where} must be true or false, got {strict!r}")
-    debug = data.get("debug", False)
-    if not isinstance(debug, bool):
-        raise ConfigError(f"debug{where} must be true or false, got {debug!r}")
+    strict, debug, parity, reference_on_gpu = (
+        _boolean(data, key, where) for key in ("strict", "debug", "parity", "reference_on_gpu")
+    )
     on_config_error = _policy(data.get("on_config_error", "closed"), f"on_config_error{where}")
     masked_layout = _masked_layout(data.get("masked_layout", "measured"), f"masked_layout{where}")
     allow = _string_list(data["allow"], "allow", where) if "allow" in data else None
@@ -288,13 +236,18 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConf
     provenance.update({f"priority:{name}": f"set by [priority]{where}" for name in priority})
     provenance.update({f"allow:{name}": f"allowed by 'allow'{where}" for name in allow or ()})
     provenance.update({f"stock:{op}": f"left to SGLang by 'stock'{where}" for op in stock})
+    if parity:
+        provenance.update({f"stock:{op}": f"left to SGLang by parity = true{where}" for op in PARITY_STOCK_OPS})
+        stock = stock | frozenset(PARITY_STOCK_OPS)
     return UserConfig(
         strict=strict,
         debug=debug,
         on_config_error=on_config_error,
         allow=allow,
         stock=stock,
-        masked_layout=masked_layout,
+        masked_layout="sglang" if parity else masked_layout,
+        parity=parity,
+        reference_on_gpu=reference_on_gpu,
         disable=disable,
         enable=enable,
         priority=_frozen(priority),
@@ -304,6 +257,13 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> UserConf
         provenance=_frozen(provenance),
         source=source,
     )
+
+
+def _boolean(data: Mapping[str, Any], key: str, where: str) -> bool:
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}{where} must be true or false, got {value!r}")
+    return value
 
 
 def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
@@ -335,17 +295,22 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
         )
     stock = set(config.stock)
     from_env: set[str] = set()
-    for op in _names(env.get(STOCK_ENV, "")):
+    parity = bool(config.parity or _env_flag(env, PARITY_ENV))
+    parity_env = PARITY_STOCK_OPS if parity and not config.parity else ()
+    for op, origin in [
+        *((op, STOCK_ENV) for op in _names(env.get(STOCK_ENV, ""))),
+        *((op, f"{PARITY_ENV}=1") for op in parity_env),
+    ]:
         stock.add(op)
         from_env.add(op)
-        provenance[f"stock:{op}"] = f"left to SGLang by {STOCK_ENV}"
+        provenance.setdefault(f"stock:{op}", f"left to SGLang by {origin}")
     force = {**config.force, **dict(force_env)}
     warnings = []
     # The environment's rollback wins over the file's force (a warning); the file's own contradiction is an error.
     for op in sorted(set(force) & _expand_all(from_env) - _expand_all(set(config.stock))):
         warnings.append(
-            f"force.{op} = {force.pop(op)!r} in {config.source} is ignored: op {op!r} is stock ({STOCK_ENV}), so "
-            "SGLang's own function runs it"
+            f"force.{op} = {force.pop(op)!r} in {config.source} is ignored: op {op!r} is stock "
+            f"({provenance.get(f'stock:{op}', provenance.get(f'stock:{STOCK_ALL}', STOCK_ENV)).removeprefix('left to SGLang by ')}), so SGLang's own function runs it"
         )
     on_config_error = config.on_config_error
     if env.get(ON_CONFIG_ERROR_ENV, "").strip():
@@ -354,6 +319,12 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
     if env.get(MASKED_LAYOUT_ENV, "").strip():
         masked_layout = _masked_layout(env[MASKED_LAYOUT_ENV].strip().lower(), MASKED_LAYOUT_ENV)
         notes.append(f"{MASKED_LAYOUT_ENV}={env[MASKED_LAYOUT_ENV]!r} -> masked_layout = {masked_layout!r}")
+    if parity:
+        if masked_layout != "sglang":
+            notes.append(f"parity = true -> masked_layout = 'sglang' (not {masked_layout!r}): SGLang's guard decides")
+        masked_layout = "sglang"
+        notes.append("parity = true: SGLang's own kernels wherever the installed release can serve a call")
+    reference_on_gpu = bool(config.reference_on_gpu or _env_flag(env, REFERENCE_ON_GPU_ENV))
     if _env_flag(env, STRICT_ENV):
         strict = True
         notes.append(f"{STRICT_ENV}=1 -> strict = true")
@@ -371,6 +342,8 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
         allow=allow,
         stock=_expand_all(stock),
         masked_layout=masked_layout,
+        parity=parity,
+        reference_on_gpu=reference_on_gpu,
         disable=frozenset(disable),
         enable=frozenset(enable),
         priority=_frozen(priority),

@@ -1,6 +1,7 @@
 """Reading the configuration file safely: a regular file of bounded size, UTF-8 (BOM accepted), TOML; and the
 two settings that SGLang's start-up reads even when the rest of the configuration is invalid: what an invalid
-configuration does (:func:`config_error_policy`) and the rollback switch ``stock`` (:func:`stock_rollback`).
+configuration does (:func:`config_error_policy`) and the rollback switches ``stock`` and ``parity``
+(:func:`stock_rollback`).
 
 A path that is not a regular file (FIFO, device, socket) is refused before it is opened: opening a FIFO
 blocks until a writer comes, and a device such as ``/dev/zero`` never ends.
@@ -16,9 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config_values import (
+    _FALSE,
     CONFIG_ENV,
     ON_CONFIG_ERROR_CHOICES,
     ON_CONFIG_ERROR_ENV,
+    PARITY_ENV,
+    PARITY_STOCK_OPS,
     STOCK_ALL,
     STOCK_ENV,
     _names,
@@ -137,10 +141,13 @@ class StockRollback:
     ops: frozenset[str]
     #: One line per unknown op name (then ``ops`` is every op: an unknown name never fails closed).
     errors: tuple[str, ...] = ()
+    #: ``parity`` asked for (its ops are in ``ops``; SGLang's guard keeps its masked-layout decision).
+    parity: bool = False
 
 
 def stock_rollback(ops: Iterable[str], env: Mapping[str, str] | None = None) -> StockRollback:
-    """The rollback switch as SGLang's start-up honours it, whatever else the configuration says.
+    """The rollback switch as SGLang's start-up honours it, whatever else the configuration says (``parity`` too:
+    its ops are stock).
 
     ``SGLANG_MOE_PLUGINS_STOCK`` always; the file's ``stock`` key whenever the file parses as TOML and the key is
     a list of op names, also when other keys of the file are wrong. ``all`` is every op of ``ops``; so is an
@@ -148,17 +155,26 @@ def stock_rollback(ops: Iterable[str], env: Mapping[str, str] | None = None) -> 
     env = os.environ if env is None else env
     valid = sorted(ops)
     origins: dict[str, str] = {}
+    parity: list[str] = []  # where parity was asked for
     path = config_path(env)
     if path:
         try:
-            raw = _one_or_list(parse_file(path, CONFIG_ENV).get("stock", []))  # "all" as a string too
-            names = _string_list(raw, "stock", "", "op names")
-        except ConfigError:  # unreadable, not TOML, or the key malformed: its ConfigError names it
+            data = parse_file(path, CONFIG_ENV)
+        except ConfigError:  # unreadable or not TOML: its ConfigError names it
+            data = {}
+        try:
+            names = _string_list(_one_or_list(data.get("stock", [])), "stock", "", "op names")  # "all" as a string too
+        except ConfigError:  # the key malformed
             names = frozenset()
         origins.update((name, f"'stock' in {path}") for name in sorted(names))
+        parity += [f"parity = true in {path}"] if data.get("parity") is True else []
     origins.update((name, STOCK_ENV) for name in _names(env.get(STOCK_ENV, "")))
+    raw_parity = env.get(PARITY_ENV, "").strip().lower()
+    parity += [] if raw_parity in _FALSE else [f"{PARITY_ENV}={raw_parity}"]  # an invalid value counts too
+    for op in PARITY_STOCK_OPS if parity else ():
+        origins.setdefault(op, parity[0])
     unknown = [name for name in origins if name != STOCK_ALL and name not in valid]
     if unknown or STOCK_ALL in origins:
         errors = tuple(unknown_stock_op(n, f"left to SGLang by {origins[n]}", valid) for n in unknown)
-        return StockRollback(frozenset(valid), errors)
-    return StockRollback(frozenset(origins))
+        return StockRollback(frozenset(valid), errors, bool(parity))
+    return StockRollback(frozenset(origins), (), bool(parity))

@@ -26,6 +26,9 @@ __all__ = [
     "ON_CONFIG_ERROR_ENV",
     "MASKED_LAYOUT_ENV",
     "REQUIRE_KNOWN_ENV",
+    "PARITY_ENV",
+    "PARITY_STOCK_OPS",
+    "REFERENCE_ON_GPU_ENV",
     "env_switches",
     "KNOWN_ENV",
     "did_you_mean",
@@ -115,6 +118,12 @@ STOCK_ENV = "SGLANG_MOE_PLUGINS_STOCK"
 ON_CONFIG_ERROR_ENV = "SGLANG_MOE_PLUGINS_ON_CONFIG_ERROR"
 MASKED_LAYOUT_ENV = "SGLANG_MOE_PLUGINS_MASKED_LAYOUT"
 REQUIRE_KNOWN_ENV = "SGLANG_MOE_PLUGINS_REQUIRE_KNOWN_SGLANG"
+PARITY_ENV = "SGLANG_MOE_PLUGINS_PARITY"
+REFERENCE_ON_GPU_ENV = "SGLANG_MOE_PLUGINS_REFERENCE_ON_GPU"
+#: The ops ``parity = true`` leaves to SGLang's own function: SGLang serves every call of them itself (the compact
+#: activation step, MegaMoE), so the package would only change their numerics. The masked op stays hooked: its
+#: calls go to SGLang's function wherever the installed release can serve them, to the plugins only where it crashes.
+PARITY_STOCK_OPS = ("silu_mul_quant_contig", "mega_moe")
 #: In ``stock``: every op.
 STOCK_ALL = "all"
 
@@ -131,6 +140,8 @@ KNOWN_ENV: Mapping[str, str] = _frozen(
         STRICT_ENV: "strict = true (boolean)",
         DEBUG_ENV: "debug = true (boolean)",
         REQUIRE_KNOWN_ENV: "hook only SGLang releases of the version table (boolean)",
+        PARITY_ENV: "parity = true (boolean): SGLang's own kernels wherever SGLang can serve a call",
+        REFERENCE_ON_GPU_ENV: "reference_on_gpu = true (boolean): the pure-torch references may serve CUDA calls",
         "SGLANG_MOE_PLUGINS_ENABLE": "plugins added to enable (set by --moe-plugins-enable: server_args.py)",
         "SGLANG_MOE_PLUGINS_FORCE": "[force] as op=plugin pairs (set by --moe-plugins-force: server_args.py)",
         "SGLANG_MOE_PLUGINS_PRIORITY": "[priority] as plugin=N pairs (set by --moe-plugins-priority: server_args.py)",

@@ -102,6 +102,9 @@ class Plugin:
     priority: ClassVar[int] = 0
     contract_version: ClassVar[int] = CONTRACT_VERSION
     description: ClassVar[str] = ""
+    #: A numerics oracle (pure torch, far slower than a kernel): on CUDA it serves a call only when forced for the op
+    #: or with ``reference_on_gpu = true`` (otherwise its verdict is ``withheld``). Optional; False by default.
+    oracle: ClassVar[bool] = False
     #: Option names and default values. The registry replaces ``self.options`` with the defaults
     #: merged with the user's ``[options.<name>]`` table.
     options: Mapping[str, Any] = MappingProxyType({})

@@ -55,10 +55,14 @@ class NoPluginAvailableError(MoEPluginsError, RuntimeError):
         rejections: Iterable[tuple[str, str]],
         hint: str = "",
         forced: str | None = None,
+        to_host: bool = False,
     ):
         self.op = op
         self.rejections = tuple(rejections)
         self.forced = forced
+        #: Only a withheld pure-torch reference could run the call, and strict is off: the SGLang hooks hand it to
+        #: SGLang's own function (docs/reliability.md) instead of raising.
+        self.to_host = to_host
         if forced is not None:
             reason = dict(self.rejections).get(forced, "it is not registered")
             lines = [
@@ -69,6 +73,11 @@ class NoPluginAvailableError(MoEPluginsError, RuntimeError):
         else:
             lines = [f"no enabled plugin of op {op!r} supports {key_description}:"]
             lines += [f"  - {name}: {reason}" for name, reason in self.rejections] or ["  (no plugins registered)"]
+        if any(reason.startswith("withheld:") for _name, reason in self.rejections):
+            lines.append(
+                "the pure-torch reference is withheld from CUDA calls (reference_on_gpu = false): "
+                + ("SGLang's own function runs the call" if to_host else "under strict the call fails")
+            )
         if hint:
             lines.append(hint)
         super().__init__("\n".join(lines))

@@ -403,7 +403,7 @@ def test_pytest_plugin_is_opt_in_and_runs_the_suite(tmp_path):
     assert sum(outcome == "passed" for outcome in opted.reports.values()) == 3
 
 
-# -- supports() cost: the slowest call, a per-call limit (fails fast), progress; tensor reads ---------
+# -- supports() cost: medians, a per-call limit (fails fast), progress; tensor reads -------------------
 
 
 class _SleepySupports(ReferencePlugin):
@@ -419,7 +419,7 @@ class _SleepySupports(ReferencePlugin):
         return super().supports(shape, config)
 
 
-def test_a_costly_supports_fails_fast_on_the_slowest_call():
+def test_a_costly_supports_fails_fast_by_its_median():
     import time
 
     progress = []
@@ -428,14 +428,16 @@ def test_a_costly_supports_fails_fast_on_the_slowest_call():
         _SleepySupports(), SuiteOptions(seed=0), progress=lambda d, t, label: progress.append(label)
     )
     elapsed = time.perf_counter() - started
-    # The first call is exempt (one-time imports); the second is over the 50 ms limit: stop there, not
-    # after 3 calls on each of the ~375 catalog, edge and random cases (more than 9 minutes).
+    # One slow call decides nothing (a busy machine); the median over the first 5 cases is over the
+    # 50 ms limit: stop there, not after 3 calls on each of the ~375 catalog, edge and random cases
+    # (more than 9 minutes). Reported by its median.
     assert elapsed < 30, elapsed
     cheap = report.check("supports_cheap")
     assert cheap.status == FAILED, report.summary()
-    assert "over the 50 ms per-call limit" in cheap.first_failure.error
+    assert cheap.first_failure.error.startswith("supports() takes 500 ms per call (median of 5 cases")
+    assert "ms per-call limit" in cheap.first_failure.error
     assert "remaining case(s) not asked" in cheap.first_failure.error
-    assert len(report.cases) == 1 and report.status == FAILED
+    assert len(report.cases) == 5 and report.status == FAILED
     assert progress and progress[0].startswith("supports() ")
 
 

@@ -120,8 +120,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--supports-limit-ms",
         type=float,
         default=50.0,
-        help="no single supports() call may take longer (default 50 ms; the first call is exempt); "
-        "a slower one fails at once and the remaining cases are not asked",
+        help="no case's supports() may take longer per call (default 50 ms; the median of its calls, scaled on a "
+        "slow machine); once the median over 5+ cases is over it, the remaining cases are not asked",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

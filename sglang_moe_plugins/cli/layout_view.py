@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..hardware import Platform
+from ..integrations.sglang.stock_rules import jit_limit
 from ..integrations.sglang.versions import _release_key, sglang_version
 
 __all__ = [
@@ -66,21 +67,6 @@ def hooked_here(op: str, release: str | None) -> bool:
     return any(t.op == op for t in targets)
 
 
-def _jit_limit(experts: int, hidden: int, group_size: int) -> str | None:
-    """The DSV4 JIT kernel's own limit a shape breaks (its .cuh, as plugin ``jit_ep`` reads them), if any."""
-    from ..plugins.sglang_kernels.jit_ep import MAX_EXPERTS, MAX_HIDDEN
-
-    if hidden % 256:
-        return f"D ({hidden}) must be a multiple of 256"
-    if hidden > MAX_HIDDEN:
-        return f"D ({hidden}) must be <= {MAX_HIDDEN}"
-    if experts > MAX_EXPERTS:
-        return f"E ({experts}) must be <= {MAX_EXPERTS}"
-    if group_size not in (32, 128):
-        return f"group_size ({group_size}) must be 32 or 128"
-    return None
-
-
 def stock_masked(
     release: str | None, *, experts: int, rows: int | None, hidden: int, group_size: int, clamped: bool
 ) -> StockOutcome:
@@ -90,7 +76,7 @@ def stock_masked(
     n = "N" if rows is None else str(rows)
     fits = (rows is None or rows % 4 == 0) and groups % 4 == 0 and hidden // 8 >= experts
     jit = "the DSV4 JIT kernel silu_and_mul_masked_post_quant"
-    limit = _jit_limit(experts, hidden, group_size)
+    limit = jit_limit(experts, hidden, group_size)
     if not _after(release, _ARGUMENT_RELEASE):  # 0.5.16: by shape
         if fits:
             if limit is None:

@@ -11,6 +11,7 @@ at run time for the key are skipped. :func:`decide` keeps no state and caches no
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -19,7 +20,18 @@ from ..contract import as_support
 from ..priority_rules import PriorityRule, rule_priorities
 from .registry import PluginRecord
 
-__all__ = ["Candidate", "INFO_LINE_MAX", "Selection", "Verdict", "decide", "describe_key", "info_line", "reasons_line"]
+__all__ = [
+    "HOST_FUNCTION",
+    "HostFunction",
+    "Candidate",
+    "INFO_LINE_MAX",
+    "Selection",
+    "Verdict",
+    "decide",
+    "describe_key",
+    "info_line",
+    "reasons_line",
+]
 
 #: Longest INFO line of a new key's choice (the rank label comes on top).
 INFO_LINE_MAX = 145
@@ -35,6 +47,22 @@ class Verdict:
     NOT_FORCED = "not forced"
     FAILED = "failed"
     ERROR = "error"
+    #: A pure-torch reference (``Plugin.oracle``) on a CUDA call, neither forced nor allowed by ``reference_on_gpu``.
+    WITHHELD = "withheld"
+
+
+class HostFunction(enum.Enum):
+    """What a hook keeps for a call key that SGLang's own function serves (parity, or a withheld reference)."""
+
+    FUNCTION = "SGLang's own function"
+
+
+HOST_FUNCTION = HostFunction.FUNCTION
+#: The reason of a withheld reference (:attr:`Verdict.WITHHELD`).
+WITHHELD_REASON = (
+    "a pure-torch reference (about 1% of a kernel's speed) serves CUDA calls only when forced (force.<op>) or with "
+    "reference_on_gpu = true"
+)
 
 
 @dataclass(frozen=True)
@@ -122,6 +150,7 @@ def decide(
     strict: bool,
     collective: bool,
     on_error: Callable[[str, Exception], None],
+    reference_on_gpu: bool = True,
 ) -> Selection:
     """The selection for one key of ``op``.
 
@@ -129,12 +158,16 @@ def decide(
     ``force``: the plugin forced for the op, or None; ``failed``: plugin name -> why it failed at run
     time for this key. A ``supports`` that raises makes its plugin a candidate with verdict ``error``
     and is reported to ``on_error(plugin, exc)``; under ``strict``, or when the op is ``collective``
-    (every rank must choose the same kernel), it is re-raised with a note naming the plugin.
+    (every rank must choose the same kernel), it is re-raised with a note naming the plugin. Without
+    ``reference_on_gpu``, a plugin marked ``oracle`` (the pure-torch references) is ``withheld`` from CUDA calls
+    unless it is the forced one.
     """
     candidates: list[Candidate] = []
     chosen: PluginRecord | None = None
     # [[priority_rules]]: the first matching rule naming a plugin sets its priority for this key.
     ruled = rule_priorities(rules, op, shape)
+    platform = getattr(config, "platform", None)
+    withhold = not reference_on_gpu and getattr(platform, "device_type", None) == "cuda"
     notes: dict[str, str] = {}
     if ruled:
         for record in records:
@@ -154,6 +187,9 @@ def decide(
             continue
         if record.name in failed:
             candidates.append(Candidate(record.name, record.priority, Verdict.FAILED, failed[record.name]))
+            continue
+        if withhold and force is None and getattr(record.plugin, "oracle", False) is True:
+            candidates.append(Candidate(record.name, record.priority, Verdict.WITHHELD, WITHHELD_REASON))
             continue
         try:
             support = as_support(record.plugin.supports(shape, config), record.name)

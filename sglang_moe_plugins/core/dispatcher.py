@@ -53,7 +53,7 @@ from .bound import (
     snapshot_writes,
     written_note,
 )
-from .decide import Candidate, Selection, Verdict, decide, info_line, reasons_line
+from .decide import HOST_FUNCTION, Candidate, HostFunction, Selection, Verdict, decide, info_line, reasons_line
 from .registry import PluginRecord, Registry
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 else:
     torch = lazy_module("torch", globals())  # torch itself from its first use on (sglang_moe_plugins.lazy)
 
-__all__ = ["BoundOp", "CACHE_CAP", "Candidate", "Selection", "Selector", "Verdict"]
+__all__ = ["BoundOp", "CACHE_CAP", "Candidate", "HOST_FUNCTION", "Selection", "Selector", "Verdict"]
 
 logger = get_logger(__name__)
 #: Most keys kept by each cache of a selector (selections, bound ops, the hooks' argument keys).
@@ -76,8 +76,9 @@ class Selector:
         self._lock = threading.RLock()
         self._cache: dict[Hashable, Selection] = {}
         self._bound: dict[Hashable, BoundOp] = {}
-        #: Bound ops by a caller's own key of raw call arguments (the SGLang hooks); see :meth:`remember`.
-        self.call_cache: dict[Hashable, BoundOp] = {}
+        #: Bound ops by a caller's own key of raw call arguments (the SGLang hooks); see :meth:`remember`. A key
+        #: that SGLang's own function serves holds HOST_FUNCTION (:meth:`remember_host`).
+        self.call_cache: dict[Hashable, BoundOp | HostFunction] = {}
         self._failed: dict[Hashable, dict[str, str]] = {}
         self._distrusted = Distrusted()  # plugins seen writing an input their writes_inputs leaves out
         self._errors_logged = LogOnce()
@@ -111,7 +112,10 @@ class Selector:
             rejections = [(c.name, f"{c.verdict}: {c.reason}") for c in selection.candidates]
             if forced is not None:
                 rejections = [(c.name, f"{c.verdict}: {c.reason}") for c in selection.candidates if c.name == forced]
-            raise NoPluginAvailableError(op, selection.key_description(), rejections, forced=forced)
+            withheld = forced is None and any(c.verdict == Verdict.WITHHELD for c in selection.candidates)
+            raise NoPluginAvailableError(
+                op, selection.key_description(), rejections, forced=forced, to_host=withheld and not self.strict
+            )
         return selection
 
     def _fits(self, what: str, cache: dict[Any, Any]) -> bool:
@@ -146,6 +150,7 @@ class Selector:
             strict=config_.strict,
             collective=collective,
             on_error=on_error,
+            reference_on_gpu=config_.reference_on_gpu,
         )
 
     def _log(self, selection: Selection) -> None:
@@ -206,6 +211,12 @@ class Selector:
             current = self._bound.get((bound.op, bound.shape, bound.config)) is bound
             if current and bound.checked and self._fits("hooked-call keys", self.call_cache):
                 self.call_cache[key] = bound
+
+    def remember_host(self, key: Hashable) -> None:
+        """Keep under a caller's ``key`` that SGLang's own function serves its calls (:data:`HOST_FUNCTION`)."""
+        with self._lock:
+            if self._fits("hooked-call keys", self.call_cache):
+                self.call_cache[key] = HOST_FUNCTION
 
     def bind_and_call(
         self,

@@ -40,7 +40,7 @@ CHECKS: dict[str, str] = {
     "name": "the plugin's name is not a built-in plugin's, and equals the name of the entry point that registers it",
     "supports_answer": "supports() returns a Support with a non-empty reason and never raises (a rejected case is rejected, not crashed)",
     "supports_deterministic": "supports() gives the same answer twice, and for equal but distinct shape/config objects",
-    "supports_cheap": "supports() is cheap: median time per call under the budget, and no call over the per-call limit",
+    "supports_cheap": "supports() is cheap: median time per call under the budget, and no case's median over the per-call limit",
     "supports_no_sync": "supports() reads no tensor value (.item(), .tolist(), bool/int/float of a tensor, .cpu(), .numpy()): no host sync",
     "run_no_crash": "run() does not raise for a case supports() accepted",
     "output_layout": "outputs have the dtypes, shapes, strides and scale layout the host requires",

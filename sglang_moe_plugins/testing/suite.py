@@ -42,7 +42,7 @@ from .execute import (
 from .loading import LoadedPlugin, load_plugin
 from .names import check_name
 from .report import FAILED, PASSED, CaseFailure, CaseResult, ConformanceReport
-from .supports_cost import _check_supports, ask_all
+from .supports_cost import CostLog, _check_supports, ask_all, judge_cost
 
 __all__ = [
     "SuiteOptions",
@@ -198,17 +198,11 @@ def run_conformance(
         )
 
     drawn = list(adapter.cases(options, platform, seed))
-    timings: list[float] = []
+    log = CostLog(options.supports_limit_us, options.supports_budget_us)
+    timings = log.timings
     answers: dict[int, tuple[bool | None, str, list[CaseFailure]]] = {}
     stopped = ask_all(
-        drawn,
-        answers,
-        lambda case, limit: _check_supports(plugin, case, checks, timings, limit),
-        timings,
-        options.supports_limit_us,
-        options.supports_budget_us,
-        progress,
-        _short,
+        drawn, answers, lambda case: _check_supports(plugin, case, checks, log, _short), log, progress, _short
     )
     if stopped:
         drawn = [c for c in drawn if id(c) in answers]
@@ -284,22 +278,16 @@ def run_conformance(
     )
 
     if timings:
-        median = statistics.median(timings)
-        budget = options.supports_budget_us
-        if stopped:
-            checks.fail("supports_cheap", None, stopped)
-        elif median > budget:
-            checks.fail(
-                "supports_cheap",
-                None,
-                f"supports() took {median:.0f} us per call (median of {len(timings)}), over the {budget:.0f} us budget",
-            )
+        too_costly = judge_cost(plugin, drawn, log, stopped, _short)
+        if too_costly:
+            checks.fail("supports_cheap", None, too_costly)
         else:
             checks.ok("supports_cheap")
-        slowest = max(timings[1:]) if len(timings) > 1 else timings[0]
+        median = statistics.median(timings)
+        slowest = max(m for _, _, m in log.per_case) if log.per_case else max(timings)
         checks.notes["supports_cheap"] = (
-            f"median {median:.1f} us, slowest {slowest:.1f} us after the first call ({timings[0]:.1f} us); "
-            f"budget {budget:.0f} us median, {options.supports_limit_us:.0f} us per call"
+            f"median {median:.1f} us, slowest case {slowest:.1f} us (median of its calls); budget "
+            f"{log.budget:.0f} us median, {log.limit:.0f} us per call; {log.speed.describe()}"
         )
     if adapter.coverage != FULL:
         for key in (

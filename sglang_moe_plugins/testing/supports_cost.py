@@ -1,6 +1,12 @@
-"""How the conformance suite asks ``supports()``: timed, under a watch for tensor-value reads, and stopped
-at the first call over the per-call limit (so a costly ``supports()`` fails in seconds, with progress);
-and how its answers are checked (:func:`_check_supports`: a Support with a reason, deterministic, no sync).
+"""How the conformance suite asks ``supports()``: timed, under a watch for tensor-value reads, and how its
+answers are checked (:func:`_check_supports`: a Support with a reason, deterministic, no sync).
+
+Timing limits that hold on a busy machine: a call's cost is its wall time less the time it waited for a
+core (:func:`ask`); a case's cost is the median of its three calls, so one slow call (a GC pause, a
+preemption) decides nothing; the limits are scaled by a calibration loop run on the same machine
+(:func:`calibrate`: a slower machine gets proportionally more time), measured again before any verdict
+of "too costly". The questions stop early only when the median over several cases is over the per-call
+limit (a costly ``supports()`` still fails in seconds, with progress).
 
 Shapes and configs hold plain Python values only (ints, floats, strings, :class:`Platform`), never
 tensors, so ``supports()`` cannot read call data; a tensor read seen here comes from a tensor the plugin
@@ -12,6 +18,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch.overrides import TorchFunctionMode
@@ -21,7 +28,7 @@ from .case import SuiteCase
 from .checks import Checks as _Checks, copy_value as _copy, error_text as _error_text
 from .report import CaseFailure
 
-__all__ = ["HostReadWatch", "ask", "ask_all"]
+__all__ = ["HostReadWatch", "MachineSpeed", "CostLog", "calibrate", "ask", "ask_all", "judge_cost"]
 
 #: Tensor methods that read a tensor's values on the host (a device sync on CUDA).
 _HOST_READS = frozenset(
@@ -44,53 +51,176 @@ class HostReadWatch(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def ask(plugin: Any, shape: Any, config: Any) -> tuple[Any, float, list[str]]:
+#: Thread CPU time (us) of :func:`calibrate`'s loop on an idle reference machine; a machine slower than
+#: that has its supports() limits raised in proportion (a faster one keeps them).
+CALIBRATION_REFERENCE_US = 16_000.0
+#: Cases asked before a consistently costly supports() stops the questions.
+MIN_CASES_BEFORE_STOP = 5
+#: Calls made on the costliest case before it fails the per-case limit (its median decides).
+CONFIRM_CALLS = 5
+
+
+@dataclass(frozen=True)
+class MachineSpeed:
+    """What :func:`calibrate` measured: ``slowness`` (>= 1), the loop's CPU time over the reference's
+    (a slower core, or one shared with a hyperthread sibling); ``contention`` (>= 1), the loop's wall
+    time over its CPU time (other processes taking turns on the cores)."""
+
+    slowness: float = 1.0
+    contention: float = 1.0
+
+    def worse(self, other: MachineSpeed) -> MachineSpeed:
+        return MachineSpeed(max(self.slowness, other.slowness), max(self.contention, other.contention))
+
+    def describe(self) -> str:
+        return f"calibration: this machine {self.slowness:.1f}x the reference, {self.contention:.1f}x CPU contention"
+
+
+def _loop(n: int) -> int:
+    acc, table = 0, {}
+    for i in range(n):
+        acc = (acc * 31 + i) & 0xFFFF
+        if i & 63 == 0:
+            table[acc] = i
+    return acc + len(table)
+
+
+def calibrate(rounds: int = 3) -> MachineSpeed:
+    """Run a fixed pure-Python loop ``rounds`` times on this thread and compare it with the reference
+    machine: the median CPU time gives ``slowness``, wall over CPU time in all gives ``contention``."""
+    cpu, wall = [], []
+    for _ in range(rounds):
+        start_wall, start_cpu = time.perf_counter(), time.thread_time()
+        _loop(100_000)
+        cpu.append((time.thread_time() - start_cpu) * 1e6)
+        wall.append((time.perf_counter() - start_wall) * 1e6)
+    slowness = max(1.0, statistics.median(cpu) / CALIBRATION_REFERENCE_US)
+    contention = max(1.0, sum(wall) / max(sum(cpu), 1.0))
+    return MachineSpeed(slowness, contention)
+
+
+def ask(plugin: Any, shape: Any, config: Any, speed: MachineSpeed = MachineSpeed()) -> tuple[Any, float, list[str]]:
+    """Ask ``plugin.supports(shape, config)`` once under a :class:`HostReadWatch`; returns (answer, cost
+    in microseconds, reads). The cost is the call's wall time less the time it waited for a core: its
+    CPU time, plus the time it spent off the CPU (sleeping, waiting on I/O or another thread) beyond
+    what ``speed.contention`` makes a call of that CPU time wait on this machine now."""
     watch = HostReadWatch()
-    start = time.perf_counter()
+    start_cpu, start = time.thread_time(), time.perf_counter()
     with watch:
         answer = plugin.supports(shape, config)
-    return answer, (time.perf_counter() - start) * 1e6, watch.reads
+    wall, cpu = (time.perf_counter() - start) * 1e6, (time.thread_time() - start_cpu) * 1e6
+    waited = max(0.0, wall - cpu)
+    return answer, min(wall, cpu + max(0.0, waited - cpu * (speed.contention - 1.0))), watch.reads
+
+
+@dataclass
+class CostLog:
+    """Every call's cost (``timings``, in order) and each asked case's median (``per_case``: label,
+    shape text, median), the machine's calibration (the worst seen), the scaled limits."""
+
+    limit_us: float
+    budget_us: float
+    speed: MachineSpeed = field(default_factory=MachineSpeed)
+    timings: list[float] = field(default_factory=list)
+    per_case: list[tuple[Any, str, float]] = field(default_factory=list)
+
+    @property
+    def limit(self) -> float:
+        return self.limit_us * self.speed.slowness
+
+    @property
+    def budget(self) -> float:
+        return self.budget_us * self.speed.slowness
+
+    def recalibrate(self) -> None:
+        self.speed = self.speed.worse(calibrate())
+
+    def scale_note(self) -> str:
+        if self.speed.slowness <= 1.0:
+            return ""
+        return f" (scaled {self.speed.slowness:.1f}x for this machine's speed)"
 
 
 def ask_all(
     drawn: list[Any],
     answers: dict[int, Any],
-    check: Callable[[Any, float], Any],
-    timings: list[float],
-    limit_us: float,
-    budget_us: float,
+    check: Callable[[Any], Any],
+    log: CostLog,
     progress: Callable[[int, int, str], None] | None,
     short: Callable[[Any], str],
 ) -> str:
-    """Ask supports() about every case (progress as ``supports() <label>``). Stops at the first call over
-    the per-call limit, or once the median of 30+ calls is over 10x the budget; returns why ('' if not)."""
-    limit = limit_us
+    """Ask supports() about every case (progress as ``supports() <label>``). One slow call never stops
+    the questions (each case's cost is the median of its calls); they stop only once the median over
+    :data:`MIN_CASES_BEFORE_STOP` or more cases is over the per-call limit, or the median of 30+ calls
+    over 10x the budget, on a machine recalibrated at that moment. Returns why it stopped ('' if not)."""
+    log.speed = log.speed.worse(calibrate())
     for index, case in enumerate(drawn):
         if progress is not None:
             progress(index, len(drawn), f"supports() {case.label}")
-        answers[id(case)] = check(case, limit)
-        slow = [t for t in timings[1:] if t > limit]
+        answers[id(case)] = check(case)
         left = len(drawn) - index - 1
-        if slow:
+        if not left:
+            break
+        medians = [m for _, _, m in log.per_case]
+        over_limit = len(medians) >= MIN_CASES_BEFORE_STOP and statistics.median(medians) > log.limit
+        over_budget = len(log.timings) >= 30 and statistics.median(log.timings) > 10 * log.budget
+        if not (over_limit or over_budget):
+            continue
+        log.recalibrate()
+        median = statistics.median(medians)
+        if len(medians) >= MIN_CASES_BEFORE_STOP and median > log.limit:
             return (
-                f"supports() took {max(slow) / 1e6:.3f} s on one call ({short(case)}), over the {limit / 1e3:.0f} ms per-call limit "
-                f"(the first call of the run is exempt); {left} remaining case(s) not asked"
+                f"supports() takes {median / 1e3:.0f} ms per call (median of {len(medians)} cases, "
+                f"{len(log.timings)} calls), over the {log.limit / 1e3:.0f} ms per-call limit{log.scale_note()}; "
+                f"{left} remaining case(s) not asked"
             )
-        if len(timings) >= 30 and statistics.median(timings) > 10 * budget_us:
+        if len(log.timings) >= 30 and statistics.median(log.timings) > 10 * log.budget:
             return (
-                f"supports() takes {statistics.median(timings):.0f} us per call (median of {len(timings)}), over 10x the "
-                f"{budget_us:.0f} us budget; {left} remaining case(s) not asked"
+                f"supports() takes {statistics.median(log.timings):.0f} us per call (median of {len(log.timings)}), "
+                f"over 10x the {log.budget:.0f} us budget{log.scale_note()}; {left} remaining case(s) not asked"
             )
     return ""
 
 
+def judge_cost(plugin: Any, drawn: list[Any], log: CostLog, stopped: str, short: Callable[[Any], str]) -> str:
+    """'' when supports() is cheap enough, else the failure: ``stopped`` (the questions stopped), the
+    median of every call over the budget, or the costliest case's median over the per-call limit, each
+    confirmed on a machine recalibrated then (the costliest case asked :data:`CONFIRM_CALLS` more
+    times)."""
+    if stopped or not log.timings:
+        return stopped
+    median = statistics.median(log.timings)
+    if median > log.budget:
+        log.recalibrate()
+        if median > log.budget:
+            return (
+                f"supports() took {median:.0f} us per call (median of {len(log.timings)}), "
+                f"over the {log.budget:.0f} us budget{log.scale_note()}"
+            )
+    if not log.per_case:
+        return ""
+    case, shape_text, worst = max(log.per_case, key=lambda item: item[2])
+    if worst <= log.limit:
+        return ""
+    log.recalibrate()
+    costs = [ask(plugin, case.shape, case.config, log.speed)[1] for _ in range(CONFIRM_CALLS)]
+    confirmed = statistics.median(costs)
+    if confirmed <= log.limit:
+        return ""
+    return (
+        f"supports() takes {confirmed / 1e3:.0f} ms per call on {shape_text} (median of {CONFIRM_CALLS} calls), "
+        f"over the {log.limit / 1e3:.0f} ms per-call limit{log.scale_note()}"
+    )
+
+
 def _check_supports(
-    plugin: Any, case: SuiteCase, checks: _Checks, timings: list[float], limit_us: float = float("inf")
+    plugin: Any, case: SuiteCase, checks: _Checks, log: CostLog, short: Callable[[Any], str] = str
 ) -> tuple[bool | None, str, list[CaseFailure]]:
     """Ask supports() three times (twice as drawn, once on copies) under a watch for tensor reads;
-    returns (supported, reason, failures). Stops early after a call over ``limit_us``."""
+    returns (supported, reason, failures). The calls' costs go to ``log`` (their median as the case's)."""
     failures: list[CaseFailure] = []
     answers = []
+    costs: list[float] = []
     reads: list[str] = []
     for shape, config in (
         (case.shape, case.config),
@@ -98,7 +228,7 @@ def _check_supports(
         (_copy(case.shape), _copy(case.config)),
     ):
         try:
-            answer, micros, read = ask(plugin, shape, config)
+            answer, micros, read = ask(plugin, shape, config, log.speed)
         except Exception as exc:  # noqa: BLE001 - the finding
             failures.append(
                 checks.fail(
@@ -106,11 +236,11 @@ def _check_supports(
                 )
             )
             return None, f"supports() raised {type(exc).__name__}: {exc}", failures
-        timings.append(micros)
+        log.timings.append(micros)
+        costs.append(micros)
         answers.append(answer)
         reads += read
-        if micros > limit_us and len(timings) > 1:
-            break  # over the per-call limit: the caller stops asking
+    log.per_case.append((case, short(case), statistics.median(costs)))
     if reads:
         failures.append(
             checks.fail(
@@ -122,8 +252,6 @@ def _check_supports(
         )
     else:
         checks.ok("supports_no_sync")
-    if len(answers) < 3:
-        return None, "not decided: supports() went over the per-call time limit", failures
     first = answers[0]
     reason = getattr(first, "reason", None)
     if not isinstance(first, Support) and not isinstance(reason, str):

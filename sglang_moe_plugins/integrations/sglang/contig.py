@@ -36,6 +36,8 @@ from typing import Any, NamedTuple
 
 from ... import api
 from ...core.bound import BoundOp
+from ...core.decide import HOST_FUNCTION
+from ...errors import NoPluginAvailableError
 from ...ops import silu_mul_quant_contig as contig
 from .entry import CALLS, delegate
 from .silu_mul_quant import _scale_ue8m0
@@ -185,9 +187,17 @@ def contig_runner_hook(
         return delegate(_OP, step, detail, original, call, kwargs)
     key = (_OP, step, device)
     bound = api.current_selector().call_cache.get(key)
+    if bound is HOST_FUNCTION:
+        return delegate(_OP, "withheld", "only the withheld pure-torch reference", original, call, kwargs)
     cached = bound is not None
     if bound is None:  # not cached (tested on bound itself, so that the type checker narrows it)
-        bound = _bind(step, device)
+        try:
+            bound = _bind(step, device)
+        except NoPluginAvailableError as exc:
+            if not exc.to_host:
+                raise
+            api.current_selector().remember_host(key)
+            return delegate(_OP, "withheld", "only the withheld pure-torch reference", original, call, kwargs)
     previous = getattr(_local, "context", None)
     _local.context = _Context(step, bound, device)
     try:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -144,7 +145,8 @@ def register() -> None:
         if check.op in stock:
             if every:
                 continue  # said once above
-            logger.warning(
+            logger.log(
+                logging.INFO if rollback.parity else logging.WARNING,  # parity asks for it: no warning
                 "sglang-moe-plugins: not hooking %s: op %s is stock (SGLang's own function runs it)",
                 check.path,
                 check.op,
@@ -154,6 +156,9 @@ def register() -> None:
             (":contig_kernel_hook", ":masked_guard_hook", ":masked_policy_hook")
         ):
             continue  # failing closed: the op's main hook raises first; these stay SGLang's own functions
+        if rollback.parity and target.hook.endswith((":masked_guard_hook", ":masked_policy_hook")):
+            logger.info("sglang-moe-plugins: not hooking %s: parity (SGLang's guard decides the layout)", check.path)
+            continue
         try:
             hook = target.hook_function() if failing is None else failing[check.op]
         except Exception as exc:  # noqa: BLE001 - a hook that cannot be imported must never break start-up
@@ -171,13 +176,28 @@ def register() -> None:
     for check, target, hook in ready:
         HookRegistry.register(check.path, hook, HookType.AROUND)
         hooked.append(target)
-        logger.info("sglang-moe-plugins: hooked %s (op %s)", check.path, check.op)
+        logger.debug("sglang-moe-plugins: hooked %s (op %s)", check.path, check.op)
     set_active_targets(tuple(hooked))
     if failing is None:
         _hooked = frozenset(t.op for t in hooked)
     _registered = True
+    logger.info("%s", _startup_line(case.version, hooked, stock, rollback.parity, failing is not None))
     if hooked:
         start_metrics_export()  # only when SGLang runs with --enable-metrics (PROMETHEUS_MULTIPROC_DIR)
+
+
+def _startup_line(release: str | None, hooked: list[Any], stock: frozenset[str], parity: bool, failing: bool) -> str:
+    """The process's one start-up line: the package version, the SGLang release, hooked and stock ops, the file."""
+    from ..._version import __version__
+    from ...config_file import config_path
+
+    ops = sorted({t.op for t in hooked})
+    state = "FAILING CLOSED (every hooked call raises the configuration error)" if failing else "hooked"
+    return (
+        f"sglang-moe-plugins {__version__} on SGLang {release or '(unknown)'}: {state}: {', '.join(ops) or 'none'}; "
+        f"stock: {', '.join(sorted(stock)) or 'none'}{' (parity)' if parity else ''}; "
+        f"config: {config_path(os.environ) or 'none'}"
+    )
 
 
 def _with_requirements(ready: list[tuple[Any, Any, Any]], failing: bool) -> list[tuple[Any, Any, Any]]:

@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 from ... import api
-from ...errors import InvalidArgumentError, OutputValidationError
+from ...errors import InvalidArgumentError, NoPluginAvailableError, OutputValidationError
 from ...log import LogOnce, get_logger
 from ...ops import mega_moe as mm
 from .entry import CALLS, delegate
@@ -285,7 +285,13 @@ def run(
     # The Selector keeps the bound op (a dict hit on a known key): nothing keyed by the plan is cached, so
     # plans that are dropped (freed layers, reloaded weights) leave nothing behind.
     selector = api.current_selector()
-    bound = selector.bind(_OP, plan.shape, plan.config)
+    try:
+        bound = selector.bind(_OP, plan.shape, plan.config)
+    except NoPluginAvailableError as exc:
+        if not exc.to_host:  # the same on every rank: the shape, the platform and the configuration decide
+            raise
+        _log_once("withheld", "warning", "sglang-moe-plugins: mega_moe: %s", exc)
+        return DELEGATE
     outputs = selector.call(bound, inputs, outputs)
     if outputs.y.shape[0] < (tokens or 1):  # a plugin's own y: this call's tokens are not in the shape key
         raise OutputValidationError(

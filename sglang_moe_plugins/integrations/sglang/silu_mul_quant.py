@@ -7,7 +7,10 @@ op (no argument checks, no selection), since every check that does not read tens
 those arguments. The bound op is kept by the Selector (``remember`` / ``call_cache``), never here.
 
 Calls the op does not model go to SGLang's original function (:func:`.entry.delegate`):
-``gemm1_alpha`` / ``gemm1_clamp_limit`` (the gpt-oss activation) and ``masked_m=None``.
+``gemm1_alpha`` / ``gemm1_clamp_limit`` (the gpt-oss activation) and ``masked_m=None``. So do, per key (kept as
+``HOST_FUNCTION``): under ``parity = true``, every call the installed release serves itself
+(:func:`.stock_rules.masked_stock_crash` is None), and, without ``strict``, a CUDA call that only a withheld
+pure-torch reference could run (``reference_on_gpu = false``).
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ... import api
+from ...core.decide import HOST_FUNCTION
+from ...errors import NoPluginAvailableError
 from ...ops import silu_mul_quant as smq
 from ...ops.silu_mul_quant import ScaleLayout
 from .entry import CALLS, delegate
+from .stock_rules import masked_stock_crash
 from .versions import SmqHost, active_target
 
 __all__ = ["silu_mul_quant_hook", "refresh_host_state", "host_scale_layout", "release_scale_layout"]
@@ -92,6 +98,25 @@ def refresh_host_state() -> None:
     _host_ue8m0 = None
 
 
+def _stock_serves(host: SmqHost, g: Any, group_size: Any, limit: Any, swizzle: Any, keep: Any) -> bool:
+    """Whether the release's own function serves this call (parity); False when the arguments cannot be read."""
+    try:
+        experts, rows, width = g.shape
+        crash = masked_stock_crash(
+            host.jit_arguments,
+            experts=int(experts),
+            rows=int(rows),
+            hidden=int(width) // 2,
+            group_size=int(group_size),
+            swiglu_limit=limit,
+            swizzle=bool(swizzle),
+            keep_fp32=bool(keep),
+        )
+    except (AttributeError, TypeError, ValueError):  # not a 3-d tensor: describe() names what is wrong
+        return False
+    return crash is None
+
+
 _smq_calls = CALLS[smq.OP].hit
 
 
@@ -137,20 +162,30 @@ def silu_mul_quant_hook(original: Callable[..., Any], *args: Any, **kwargs: Any)
     except (AttributeError, TypeError):  # not tensors, or unhashable arguments: describe() says what is wrong
         key = bound = None  # type: ignore[assignment]  # no key: this call binds afresh and is not remembered
     if bound is not None:
+        if bound is HOST_FUNCTION:
+            return delegate(smq.OP, "host", "parity or a withheld reference (per key)", original, args, kwargs)
         outputs = selector.call(bound, smq.SiluMulQuantInputs(g, m, real_tokens, True), device=key[2])
         return outputs.out, outputs.scale
     # First call of this key (or past the cache's cap): check, select, bind. Raises InvalidArgumentError
     # for invalid arguments and NoPluginAvailableError when no plugin can run the call.
+    host: SmqHost = active_target(smq.OP).host  # type: ignore[assignment]  # the silu_mul_quant target's record
+    if selector.registry.config.parity and _stock_serves(host, g, group_size, limit, swizzle, keep):
+        if key is not None:
+            selector.remember_host(key)
+        return delegate(smq.OP, "parity", "parity = true: calls SGLang's own kernels serve", original, args, kwargs)
     # The layout the host itself returns on this call's branch, per release (versions.SmqHost).
-    layout = release_scale_layout(
-        active_target(smq.OP).host,  # type: ignore[arg-type]  # the silu_mul_quant target's record is an SmqHost
-        {"swiglu_limit": limit, "swizzle": swizzle, "silu_mul_keep_fp32": keep},
-        ue8m0,
-    )
+    layout = release_scale_layout(host, {"swiglu_limit": limit, "swizzle": swizzle, "silu_mul_keep_fp32": keep}, ue8m0)
     shape, config = smq.describe(
         g, m, group_size=group_size, topk=topk, swiglu_limit=limit, swizzle=swizzle, scale_layout=layout, keep_fp32=keep
     )
-    bound = selector.bind(smq.OP, shape, config)
+    try:
+        bound = selector.bind(smq.OP, shape, config)
+    except NoPluginAvailableError as exc:
+        if not exc.to_host:
+            raise
+        if key is not None:
+            selector.remember_host(key)
+        return delegate(smq.OP, "withheld", "only the withheld pure-torch reference", original, args, kwargs)
     outputs = selector.call(bound, smq.SiluMulQuantInputs(g, m, real_tokens, True))
     if key is not None:
         # Kept only once its outputs were checked, and only while it is the key's current bound op (a

@@ -25,6 +25,8 @@ class MegaReferencePlugin(Plugin):
     priority = 0
     description = "pure torch emulation of W4A8 / W4A4 / SM90 FP8 MegaMoE numerics (slow; needs all experts locally)"
     #: Reads its inputs only.
+    #: On CUDA only when forced or with reference_on_gpu = true (Plugin.oracle).
+    oracle = True
     writes_inputs: frozenset[str] = frozenset()
 
     def available(self, platform: Platform) -> Support:

@@ -69,6 +69,8 @@ class ReferencePlugin(Plugin):
     priority = 0
     description = "pure torch oracle; every shape, CPU and GPU (slow: host sync on masked_m)"
     #: Reads ``gateup`` only (it indexes the real rows into a copy).
+    #: On CUDA only when forced or with reference_on_gpu = true (Plugin.oracle).
+    oracle = True
     writes_inputs: frozenset[str] = frozenset()
 
     def available(self, platform: Platform) -> Support:

@@ -53,6 +53,8 @@ class ContigReferencePlugin(Plugin):
     priority = 0
     description = "pure torch oracle for the contiguous step; every shape, CPU and GPU (slow)"
     #: Reads ``gateup`` only.
+    #: On CUDA only when forced or with reference_on_gpu = true (Plugin.oracle).
+    oracle = True
     writes_inputs: frozenset[str] = frozenset()
 
     def available(self, platform: Platform) -> Support:
