@@ -203,3 +203,62 @@ def test_the_reference_is_withheld_from_cuda_calls_unless_forced_or_allowed():
     assert forced.select("silu_mul_quant", shape, config).chosen.name == "reference"
     cpu = SiluMulQuantConfig(Platform.cpu(), None, False, "column_major")
     assert selector.select("silu_mul_quant", shape, cpu).chosen.name == "reference"  # CPU: its home
+
+
+@sglang_tests
+def test_explain_says_what_parity_runs():
+    """``explain`` under parity: SGLang's own function where stock serves, the plugin where stock crashes, and the
+    compact step and MegaMoE stock."""
+    _release()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
+    env["SGLANG_MOE_PLUGINS_PARITY"] = "1"
+
+    def calls(*args: str) -> dict:
+        proc = subprocess.run(
+            [sys.executable, "-m", "sglang_moe_plugins", "explain", "--model", "DeepSeek-V4-Flash", *args, "--rows",
+             "128", "--platform", "sm90", "--json"],
+            capture_output=True, text=True, env=env, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return {c["op"]: c for c in json.loads(proc.stdout)["calls"]}
+
+    served = calls("--ep", "8")["silu_mul_quant"]  # E=32 D=2048: the DSV4 JIT kernel takes it
+    assert served["outcome"].startswith("SGLang's own function runs it (parity") and served["chosen"] is None, served
+    crash = calls("--tp", "4")
+    assert crash["silu_mul_quant"]["chosen"] and crash["silu_mul_quant"]["stock"]["raises"], crash["silu_mul_quant"]
+    for op in ("silu_mul_quant_contig", "mega_moe"):
+        assert crash[op]["outcome"].startswith("stock SGLang runs it (op"), crash[op]
+
+
+@pytest.mark.parametrize("release", ["0.5.16", "0.5.19", "0.5.20", "0.5.23"])
+def test_the_parity_rule_and_explains_stock_column_agree(release):
+    """The runtime rule (stock_rules) and explain's stock outcome (layout_view) crash on exactly the same calls,
+    release by release, over a grid that crosses every limit (N % 4, G % 4, D // 8 >= E, the JIT kernel's D and E)."""
+    from sglang_moe_plugins.cli.layout_view import stock_masked
+    from sglang_moe_plugins.integrations.sglang.stock_rules import masked_stock_crash
+    from sglang_moe_plugins.integrations.sglang.version_table import KNOWN_TARGETS
+
+    host = next(t.host for t in KNOWN_TARGETS[release] if t.op == "silu_mul_quant")
+    seen = set()
+    for experts in (1, 8, 32, 64, 65, 256, 384):
+        for hidden in (128, 384, 512, 1536, 2048, 7168, 8192, 9216):
+            for rows in (1, 6, 8, 128):
+                for group in (128, 32):
+                    for limit in (None, 10.0):
+                        if hidden % group:
+                            continue
+                        rule = masked_stock_crash(
+                            host.jit_arguments, experts=experts, rows=rows, hidden=hidden, group_size=group,
+                            swiglu_limit=limit,
+                        )  # fmt: skip
+                        view = stock_masked(
+                            release,
+                            experts=experts,
+                            rows=rows,
+                            hidden=hidden,
+                            group_size=group,
+                            clamped=limit is not None,
+                        )
+                        assert (rule is not None) == view.raises, (experts, hidden, rows, group, limit, rule, view)
+                        seen.add(view.raises)
+    assert seen == {True, False}

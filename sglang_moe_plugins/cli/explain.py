@@ -87,6 +87,13 @@ def _outcome(selection: Any, forced: str | None) -> str:
     return "raises NoPluginAvailableError (no enabled plugin supports it)"
 
 
+def _withheld_to_host(selection: Any, forced: str | None, strict: bool) -> bool:
+    """No plugin runs the call only because the pure-torch reference is withheld on CUDA: the hook hands it to
+    SGLang's own function (not under strict; never when forced)."""
+    withheld = any(c.verdict == "withheld" for c in selection.candidates)
+    return selection.chosen is None and forced is None and not strict and withheld
+
+
 def _explained(call: Call, selector: Any, registry: Any) -> tuple[str, dict[str, Any], tuple[str, ...]]:
     """One call: its text block, its JSON record and its summary row."""
     if call.shape is None:
@@ -115,6 +122,12 @@ def _explained(call: Call, selector: Any, registry: Any) -> tuple[str, dict[str,
             else "the package hooks it on later releases"
         )
         outcome = f"stock SGLang runs it ({why})"
+        chosen, raises = None, bool(call.stock and call.stock.raises)
+    elif registry.config.parity and call.op == "silu_mul_quant" and call.stock is not None and not call.stock.raises:
+        outcome = "SGLang's own function runs it (parity = true: stock SGLang serves this call)"
+        chosen, raises = None, False
+    elif _withheld_to_host(selection, forced, registry.config.strict):
+        outcome = "SGLang's own function runs it (only the pure-torch reference could, withheld on CUDA)"
         chosen, raises = None, bool(call.stock and call.stock.raises)
     else:
         outcome, chosen = _outcome(selection, forced), selection.chosen
