@@ -19,6 +19,8 @@ __all__ = [
     "CaseFailure",
     "CheckResult",
     "CaseResult",
+    "DimensionCoverage",
+    "PARTIAL",
     "ConformanceReport",
     "ConformanceFailure",
 ]
@@ -89,6 +91,30 @@ class CheckResult:
         return self.status != FAILED
 
 
+#: Coverage when some dimension value the plugin accepts did not run (see :class:`DimensionCoverage`).
+PARTIAL = "partial"
+
+
+@dataclass(frozen=True)
+class DimensionCoverage:
+    """One dimension of the op's case space: the values that ran, the values the plugin declined (every
+    case asked with them was refused) and the values not run (accepted but over the size budget, or no
+    accepted case to derive one from)."""
+
+    name: str
+    ran: tuple[str, ...]
+    declined: tuple[str, ...]
+    not_run: tuple[str, ...]
+
+    def describe(self) -> str:
+        parts = [f"ran {', '.join(self.ran) or 'nothing'}"]
+        if self.declined:
+            parts.append(f"declined {', '.join(self.declined)}")
+        if self.not_run:
+            parts.append(f"NOT RUN {', '.join(self.not_run)}")
+        return f"{self.name}: " + "; ".join(parts)
+
+
 @dataclass(frozen=True)
 class CaseResult:
     """One case: what ``supports`` said and, when it ran, how it went."""
@@ -115,7 +141,8 @@ class ConformanceReport:
     plugin: str
     plugin_class: str
     op: str
-    #: "full" (supports and execution checks), "supports-only" or "none" (the op is not covered yet).
+    #: "full" (supports and execution checks, every dimension value the plugin accepts ran), "partial"
+    #: (some did not: :attr:`dimensions` says which), "supports-only" or "none" (the op is not covered yet).
     coverage: str
     coverage_note: str
     device: str
@@ -128,6 +155,8 @@ class ConformanceReport:
     supports_median_us: float = 0.0
     supports_max_us: float = 0.0
     seconds: float = 0.0
+    #: Per dimension of the op's case space: what ran, what the plugin declined, what did not run.
+    dimensions: tuple[DimensionCoverage, ...] = ()
 
     # -- summary ---------------------------------------------------------------------------------
     @property
@@ -158,7 +187,7 @@ class ConformanceReport:
     def status(self) -> str:
         if self.failed_checks or any(c.status in (FAILED, "error") for c in self.cases):
             return FAILED
-        if self.coverage == "full" and self.cases_run == 0:
+        if self.coverage in ("full", PARTIAL) and self.cases_run == 0:
             return NOT_EXERCISED
         if self.coverage == "none":
             return NOT_EXERCISED
@@ -204,6 +233,9 @@ class ConformanceReport:
             f"cases: {len(self.cases)} drawn, {self.cases_run} run, {self.cases_passed} passed, {self.cases_failed} failed, "
             f"{self.cases_rejected} rejected by supports(), {self.cases_probed} supports()-checked only",
         ]
+        if self.dimensions:
+            lines.append("coverage by dimension:")
+            lines += [f"  {d.describe()}" for d in self.dimensions]
         if self.supports_median_us:
             lines.append(
                 f"supports(): median {self.supports_median_us:.1f} us, max {self.supports_max_us:.1f} us per call"

@@ -41,7 +41,8 @@ from .execute import (
 )
 from .loading import LoadedPlugin, load_plugin
 from .names import check_name
-from .report import FAILED, PASSED, CaseFailure, CaseResult, ConformanceReport
+from .report import FAILED, PARTIAL, PASSED, CaseFailure, CaseResult, ConformanceReport, DimensionCoverage
+from .search import dimension_coverage, search_support
 from .supports_cost import CostLog, _check_supports, ask_all, judge_cost
 
 __all__ = [
@@ -148,7 +149,11 @@ def run_conformance(
     checks = _Checks()
 
     def report(
-        coverage: str, note: str, cases: tuple[CaseResult, ...] = (), timings: list[float] | None = None
+        coverage: str,
+        note: str,
+        cases: tuple[CaseResult, ...] = (),
+        timings: list[float] | None = None,
+        dimensions: tuple[DimensionCoverage, ...] = (),
     ) -> ConformanceReport:
         timings = timings or []
         return ConformanceReport(
@@ -166,6 +171,7 @@ def run_conformance(
             supports_median_us=statistics.median(timings) if timings else 0.0,
             supports_max_us=max(timings) if timings else 0.0,
             seconds=time.perf_counter() - started,
+            dimensions=dimensions,
         )
 
     try:
@@ -204,8 +210,19 @@ def run_conformance(
     stopped = ask_all(
         drawn, answers, lambda case: _check_supports(plugin, case, checks, log, _short), log, progress, _short
     )
+    searched: dict[tuple[str, str], int] = {}
     if stopped:
         drawn = [c for c in drawn if id(c) in answers]
+    elif adapter.coverage == FULL:
+        found, searched = search_support(
+            adapter,
+            drawn,
+            answers,
+            lambda case: _check_supports(plugin, case, checks, log, _short),
+            options.resolved_max_elements(platform),
+            seed,
+        )
+        drawn += found
     accepted = [c for c in drawn if c.execute and answers[id(c)][0]]
     catalog_limit = options.resolved_max_catalog_runs(platform)
     adapter_cpu_limit = getattr(adapter, "max_cpu_catalog_runs", None)
@@ -323,6 +340,13 @@ def run_conformance(
         checks.notes.setdefault(
             "run_no_crash", f"{probed} accepted case(s) supports()-checked only (size budget or max_catalog_runs)"
         )
-    final = report(adapter.coverage, adapter.note, tuple(results), timings)
+    coverage, note = adapter.coverage, adapter.note
+    statuses = {id(case): result.status for case, result in zip(drawn, results)}
+    dimensions = dimension_coverage(adapter, drawn, statuses, searched) if coverage == FULL else ()
+    missing = [f"{d.name}={v}" for d in dimensions for v in d.not_run]
+    if missing:
+        coverage = PARTIAL
+        note = f"not run, though the plugin may accept them: {', '.join(missing)} (see coverage by dimension)"
+    final = report(coverage, note, tuple(results), timings, dimensions)
     logger.info("sglang-moe-plugins conformance: plugin %r: %s (%d cases run)", name, final.status, final.cases_run)
     return final

@@ -135,10 +135,10 @@ class CostLog:
     def recalibrate(self) -> None:
         self.speed = self.speed.worse(calibrate())
 
-    def scale_note(self) -> str:
+    def scale_note(self, scaled: float, unit: float, suffix: str) -> str:
         if self.speed.slowness <= 1.0:
             return ""
-        return f" (scaled {self.speed.slowness:.1f}x for this machine's speed)"
+        return f" (scaled to {scaled / unit:.0f} {suffix} for this machine's speed, {self.speed.slowness:.2f}x the reference)"
 
 
 def ask_all(
@@ -171,13 +171,13 @@ def ask_all(
         if len(medians) >= MIN_CASES_BEFORE_STOP and median > log.limit:
             return (
                 f"supports() takes {median / 1e3:.0f} ms per call (median of {len(medians)} cases, "
-                f"{len(log.timings)} calls), over the {log.limit / 1e3:.0f} ms per-call limit{log.scale_note()}; "
+                f"{len(log.timings)} calls), over the {log.limit_us / 1e3:.0f} ms per-call limit{log.scale_note(log.limit, 1e3, 'ms')}; "
                 f"{left} remaining case(s) not asked"
             )
         if len(log.timings) >= 30 and statistics.median(log.timings) > 10 * log.budget:
             return (
                 f"supports() takes {statistics.median(log.timings):.0f} us per call (median of {len(log.timings)}), "
-                f"over 10x the {log.budget:.0f} us budget{log.scale_note()}; {left} remaining case(s) not asked"
+                f"over 10x the {log.budget_us:.0f} us budget{log.scale_note(log.budget, 1, 'us')}; {left} remaining case(s) not asked"
             )
     return ""
 
@@ -195,7 +195,7 @@ def judge_cost(plugin: Any, drawn: list[Any], log: CostLog, stopped: str, short:
         if median > log.budget:
             return (
                 f"supports() took {median:.0f} us per call (median of {len(log.timings)}), "
-                f"over the {log.budget:.0f} us budget{log.scale_note()}"
+                f"over the {log.budget_us:.0f} us budget{log.scale_note(log.budget, 1, 'us')}"
             )
     if not log.per_case:
         return ""
@@ -209,7 +209,7 @@ def judge_cost(plugin: Any, drawn: list[Any], log: CostLog, stopped: str, short:
         return ""
     return (
         f"supports() takes {confirmed / 1e3:.0f} ms per call on {shape_text} (median of {CONFIRM_CALLS} calls), "
-        f"over the {log.limit / 1e3:.0f} ms per-call limit{log.scale_note()}"
+        f"over the {log.limit_us / 1e3:.0f} ms per-call limit{log.scale_note(log.limit, 1e3, 'ms')}"
     )
 
 

@@ -31,6 +31,7 @@ from .silu_mul_quant_policy import (
     fp64_expected,
     tolerance_for,
 )
+from .silu_mul_quant_search import DIMENSIONS, dimensions_of, redraw, variant
 
 __all__ = [
     "SiluMulQuantConformance",
@@ -57,6 +58,18 @@ class SiluMulQuantConformance:
 
     def cases(self, options: SuiteOptions, platform: Platform, seed: int) -> Sequence[SuiteCase]:
         return draw_cases(options, platform, seed)
+
+    # -- cases inside the plugin's support (:mod:`..search`) --------------------------------------
+    dimensions = DIMENSIONS
+
+    def dimensions_of(self, case: SuiteCase) -> dict[str, set[str]]:
+        return dimensions_of(case)
+
+    def variant(self, template: SuiteCase, dimension: str, value: str, budget: int) -> Any:
+        return variant(template, dimension, value, budget)
+
+    def redraw(self, rng: Any, template: SuiteCase, budget: int) -> Any:
+        return redraw(rng, template, budget)
 
     # -- inputs and outputs ----------------------------------------------------------------------
     def make_inputs(self, case: SuiteCase, device: torch.device) -> smq.SiluMulQuantInputs:
