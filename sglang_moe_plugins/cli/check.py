@@ -106,6 +106,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run at most N catalog cases (default 24 on CPU, all on CUDA); the rest are supports()-checked",
     )
     parser.add_argument(
+        "--repeats",
+        type=int,
+        metavar="N",
+        help="calls per run case on identical inputs for the deterministic check (default 2; raise it to hunt "
+        "rare nondeterminism: a fault on a fraction p of calls is seen with probability 1-(1-p)**((N-1)*cases))",
+    )
+    parser.add_argument(
         "--model",
         action="append",
         dest="models",
@@ -162,6 +169,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         overrides["max_elements"] = args.max_elements
     if args.catalog_runs is not None:
         overrides["max_catalog_runs"] = args.catalog_runs
+    if args.repeats is not None:
+        overrides["repeats"] = args.repeats
     if args.models:
         overrides["models"] = tuple(args.models)
     if args.no_catalog:

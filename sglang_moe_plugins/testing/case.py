@@ -154,6 +154,10 @@ class SuiteOptions:
     #: supports()-checked only). None: 24 on CPU (or the op adapter's ``max_cpu_catalog_runs``), all on
     #: CUDA. Edge and random cases always run.
     max_catalog_runs: int | None = None
+    #: Calls per run case on identical inputs for the ``deterministic`` check (2: the first call and one
+    #: repeat). A plugin whose bits change on a fraction p of calls is caught with probability
+    #: 1 - (1 - p) ** ((repeats - 1) * cases run); raise it to hunt rare nondeterminism.
+    repeats: int = 2
 
     def __post_init__(self) -> None:
         def bad(field: str, allowed: str) -> InvalidArgumentError:
@@ -182,6 +186,8 @@ class SuiteOptions:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise bad(field, "a number > 0")
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 2:
+            raise bad("repeats", "an int >= 2")
         if not isinstance(self.device, str):
             raise bad("device", '"auto", "cpu", "cuda" or "cuda:N"')
 

@@ -9,7 +9,7 @@ Installed with sglang-moe-plugins, it does nothing unless asked:
   ``moe_plugin_report`` fixture runs the suite and hands the test the
   :class:`~sglang_moe_plugins.testing.ConformanceReport`. Keyword arguments are ``SuiteOptions`` fields:
   seed, random_cases, catalog, models, eps, rows, edge_cases, device, max_elements, supports_budget_us,
-  supports_limit_us, max_catalog_runs; another name fails the test naming the valid ones.
+  supports_limit_us, max_catalog_runs, repeats; another name fails the test naming the valid ones.
 - The ``moe_conformance`` fixture is a function ``(target, **options) -> ConformanceReport``.
 
 Reports are cached per (target, options) for the session. Loading the plugin imports only pytest and
@@ -68,7 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{_MARKER}(target, **options): run the sglang-moe-plugins conformance suite on target; the test gets the "
         "report from the moe_plugin_report fixture (options are SuiteOptions fields: seed, random_cases, catalog, models, eps, "
-        "rows, edge_cases, device, max_elements, supports_budget_us, supports_limit_us, max_catalog_runs)",
+        "rows, edge_cases, device, max_elements, supports_budget_us, supports_limit_us, max_catalog_runs, repeats)",
     )
 
 

@@ -49,12 +49,16 @@ CHECKS: dict[str, str] = {
     "inputs_unchanged": "run() leaves its inputs unchanged (unless the caller marks gateup writable)",
     "rows_written": "every real row of the outputs is written (outputs poisoned first)",
     "numerics": "outputs within the documented tolerance policy of an independent fp64 computation",
-    "prepare": "a plugin with prepare(): calling it twice for one key works, and its launch gives run()'s outputs",
     "deterministic": "two calls on identical inputs give bit-identical outputs (within the tolerance when the plugin declares "
     "deterministic = False)",
+    "prepare": "a plugin with prepare(): calling it twice for one key works, and its launch gives run()'s outputs",
     "padding_ignored": "real rows do not depend on the padding rows of the input (past masked_m: NaN, then other values)",
     "second_call": "the second call of a shape key, with fresh inputs (mega_moe: another layer's weights), gives the results "
     "of its own inputs, through run() and through prepare()'s launch",
+    "no_host_sync": "run() reads no tensor data on the host (CUDA: sync debug mode 'error'; CPU: "
+    "masked_m .item()/.tolist()/int()/bool()); plugins declaring oracle = True are exempt",
+    "padding_bytes": "packed UE8M0 scales hold 0 in the pad bytes of each real row's last int32 word",
+    "inputs_released": "no reference to a call's input tensors is kept after the call returned",
     "expert_parallel": "a mega_moe plugin that accepts ep_size > 1 gives each rank's rows of the whole problem, run over a gloo "
     "group of processes on CPU",
 }
@@ -157,6 +161,8 @@ class ConformanceReport:
     seconds: float = 0.0
     #: Per dimension of the op's case space: what ran, what the plugin declined, what did not run.
     dimensions: tuple[DimensionCoverage, ...] = ()
+    #: run()'s time against the op's reference plugin on the same cases (information, not a check).
+    speed: str = ""
 
     # -- summary ---------------------------------------------------------------------------------
     @property
@@ -240,6 +246,8 @@ class ConformanceReport:
             lines.append(
                 f"supports(): median {self.supports_median_us:.1f} us, max {self.supports_max_us:.1f} us per call"
             )
+        if self.speed:
+            lines.append(self.speed)
         rows = [(c.name, c.status, c.checked, c.failed, c.note) for c in self.checks]
         lines.append("")
         lines.append(_table(("check", "status", "checked", "failed", "note"), rows))

@@ -31,6 +31,7 @@ from .case import (
     SuiteCase,
     SuiteOptions,
 )
+from .contract_extra import SpeedLog, check_contract_extra
 from .execute import (
     Checks as _Checks,
     describe as _describe,
@@ -147,6 +148,7 @@ def run_conformance(
         "sglang-moe-plugins conformance: plugin %r (%s), op %s, on %s, seed %d", name, loaded.origin, op, device, seed
     )
     checks = _Checks()
+    speed: SpeedLog | None = None
 
     def report(
         coverage: str,
@@ -172,6 +174,7 @@ def run_conformance(
             supports_max_us=max(timings) if timings else 0.0,
             seconds=time.perf_counter() - started,
             dimensions=dimensions,
+            speed=speed.describe() if speed is not None else "",
         )
 
     try:
@@ -230,6 +233,7 @@ def run_conformance(
         catalog_limit = adapter_cpu_limit
     to_run = _select_run_cases(accepted, catalog_limit, seed)
 
+    speed = SpeedLog()
     results: list[CaseResult] = []
     total = len(drawn)
     run_cost = getattr(adapter, "cost", None)
@@ -250,6 +254,8 @@ def run_conformance(
         else:
             try:
                 failures = failures + execute_case(plugin, adapter, case, device, checks)
+                if not failures:
+                    failures = check_contract_extra(plugin, adapter, case, device, checks, speed, options.repeats)
             except Exception as exc:  # noqa: BLE001 - a suite problem must not hide as a pass
                 logger.exception("conformance suite error on case %s", case.label)
                 failures = [

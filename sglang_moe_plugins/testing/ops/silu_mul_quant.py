@@ -114,7 +114,12 @@ class SiluMulQuantConformance:
         self, snapshot: smq.SiluMulQuantInputs, inputs: smq.SiluMulQuantInputs, case: SuiteCase
     ) -> str | None:
         if not torch.equal(snapshot.masked_m, inputs.masked_m):
-            return f"masked_m changed from {snapshot.masked_m.tolist()} to {inputs.masked_m.tolist()}"
+            changed = (snapshot.masked_m != inputs.masked_m).nonzero().flatten().tolist()
+            e = changed[0]
+            return (
+                f"masked_m changed at expert {e}: was {int(snapshot.masked_m[e])}, now {int(inputs.masked_m[e])} "
+                f"({len(changed)} of {snapshot.masked_m.numel()} experts changed); masked_m is never writable"
+            )
         if case.inputs_writable or snapshot.gateup.numel() == 0:
             return None
         before, after = snapshot.gateup.view(torch.int16), inputs.gateup.view(torch.int16)
