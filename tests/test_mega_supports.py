@@ -7,8 +7,10 @@ import dataclasses
 import pytest
 from _mega_cases import API_ABSENT, API_LEGACY, API_MMA_TYPE, model_key, with_platform
 
+from sglang_moe_plugins.config import UserConfig
 from sglang_moe_plugins.core.dispatcher import Selector, Verdict
 from sglang_moe_plugins.core.registry import Registry
+from sglang_moe_plugins.errors import NoPluginAvailableError
 from sglang_moe_plugins.hardware import Platform
 from sglang_moe_plugins.ops import mega_moe as mm
 from sglang_moe_plugins.plugins.deep_gemm.plugin import MegaSm90Fp8Plugin, MegaW4A4Plugin, MegaW4A8Plugin
@@ -19,14 +21,14 @@ MODELS = ("deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro")
 PLUGINS = ("mega_w4a4", "mega_w4a8", "mega_sm90_fp8", "mega_reference")
 
 
-def _selector(pre_dispatch: str = "auto") -> Selector:
+def _selector(pre_dispatch: str = "auto", *, reference_on_gpu: bool = False) -> Selector:
     plugins = [
         MegaW4A8Plugin(API_MMA_TYPE),
         MegaW4A4Plugin(API_MMA_TYPE),
         MegaSm90Fp8Plugin(API_MMA_TYPE),
         MegaReferencePlugin(),
     ]
-    registry = Registry.from_plugins(plugins)
+    registry = Registry.from_plugins(plugins, UserConfig(reference_on_gpu=reference_on_gpu))
     for record in registry.records(mm.OP):
         if "pre_dispatch" in getattr(record.plugin, "options", {}):
             record.plugin.options = {"pre_dispatch": pre_dispatch}
@@ -59,7 +61,13 @@ def test_sm100_picks_the_variant_plugin(model: str, variant: str, expected: str,
 @pytest.mark.parametrize("variant", ["fp8xfp4", "mxf4xmxf4"])
 def test_sm90_has_no_fp4_megamoe(model: str, variant: str) -> None:
     shape, config = model_key(model, variant, SM90)
-    selection = _selector("torch").select(mm.OP, shape, config)
+    # By default the pure-torch reference, the only plugin that could run it, is withheld: SGLang's function runs it.
+    withheld = _selector("torch").explain(mm.OP, shape, config)
+    assert withheld.chosen is None and withheld.candidate("mega_reference").verdict == Verdict.WITHHELD
+    with pytest.raises(NoPluginAvailableError) as info:
+        _selector("torch").select(mm.OP, shape, config)
+    assert info.value.to_host
+    selection = _selector("torch", reference_on_gpu=True).select(mm.OP, shape, config)
     assert selection.chosen.name == "mega_reference"
     reasons = _reasons(selection)
     for name in ("mega_w4a8", "mega_w4a4"):
@@ -72,8 +80,9 @@ def test_sm90_fp8_weights_pick_mega_sm90_fp8(model: str) -> None:
     shape, config = model_key(model, "sm90_fp8", SM90, fused_shared=False)
     selection = _selector("torch").select(mm.OP, shape, config)
     assert selection.chosen.name == "mega_sm90_fp8"
-    on_sm100 = _selector("torch").select(mm.OP, shape, with_platform(config, SM100))
+    on_sm100 = _selector("torch", reference_on_gpu=True).select(mm.OP, shape, with_platform(config, SM100))
     assert on_sm100.chosen.name == "mega_reference"
+    assert _selector("torch").explain(mm.OP, shape, with_platform(config, SM100)).chosen is None
     assert "9.0 only" in on_sm100.candidate("mega_sm90_fp8").reason
 
 

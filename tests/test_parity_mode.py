@@ -19,6 +19,8 @@ import textwrap
 
 import pytest
 
+from sglang_moe_plugins.contract import Support
+
 sglang_tests = pytest.mark.sglang
 
 PROBE = """
@@ -203,6 +205,45 @@ def test_the_reference_is_withheld_from_cuda_calls_unless_forced_or_allowed():
     assert forced.select("silu_mul_quant", shape, config).chosen.name == "reference"
     cpu = SiluMulQuantConfig(Platform.cpu(), None, False, "column_major")
     assert selector.select("silu_mul_quant", shape, cpu).chosen.name == "reference"  # CPU: its home
+
+
+def test_only_a_reference_that_would_serve_the_call_is_withheld():
+    """An unsupported reference says why it cannot take the call, an outranked one that a kernel comes first:
+    ``withheld`` (and the hand-back to SGLang's function) only where the reference is what would run."""
+    from sglang_moe_plugins.config import UserConfig
+    from sglang_moe_plugins.core.decide import Verdict
+    from sglang_moe_plugins.core.dispatcher import Selector
+    from sglang_moe_plugins.core.registry import Registry
+    from sglang_moe_plugins.errors import NoPluginAvailableError
+    from sglang_moe_plugins.hardware import Platform
+    from sglang_moe_plugins.ops.silu_mul_quant import SiluMulQuantConfig, SiluMulQuantShape
+    from sglang_moe_plugins.plugins.reference import ReferencePlugin
+
+    class Kernel(ReferencePlugin):  # a kernel for E <= 8 only, ahead of the reference
+        name, priority, oracle = "small_kernel", 50, False
+
+        def supports(self, shape, config):
+            return Support.yes("E <= 8") if shape.num_experts <= 8 else Support.no(f"E={shape.num_experts} > 8")
+
+    class NarrowReference(ReferencePlugin):  # an oracle that does not take E > 16
+        name, priority = "narrow_reference", 1
+
+        def supports(self, shape, config):
+            return Support.yes() if shape.num_experts <= 16 else Support.no(f"E={shape.num_experts} > 16")
+
+    selector = Selector(Registry.from_plugins([Kernel(), NarrowReference()], UserConfig()))
+    config = SiluMulQuantConfig(Platform.cuda(9, 0), None, False, "column_major")
+
+    def verdicts(experts):
+        selection = selector.explain("silu_mul_quant", SiluMulQuantShape(experts, 16, 512, 128, 2), config)
+        return [(c.name, c.verdict) for c in selection.candidates]
+
+    assert verdicts(8) == [("small_kernel", Verdict.CHOSEN), ("narrow_reference", Verdict.OUTRANKED)]
+    assert verdicts(12) == [("small_kernel", Verdict.UNSUPPORTED), ("narrow_reference", Verdict.WITHHELD)]
+    assert verdicts(32) == [("small_kernel", Verdict.UNSUPPORTED), ("narrow_reference", Verdict.UNSUPPORTED)]
+    with pytest.raises(NoPluginAvailableError) as info:  # nothing would run it: an error, not a hand-back
+        selector.select("silu_mul_quant", SiluMulQuantShape(32, 16, 512, 128, 2), config)
+    assert not info.value.to_host and "E=32 > 16" in str(info.value)
 
 
 @sglang_tests

@@ -159,8 +159,9 @@ def decide(
     time for this key. A ``supports`` that raises makes its plugin a candidate with verdict ``error``
     and is reported to ``on_error(plugin, exc)``; under ``strict``, or when the op is ``collective``
     (every rank must choose the same kernel), it is re-raised with a note naming the plugin. Without
-    ``reference_on_gpu``, a plugin marked ``oracle`` (the pure-torch references) is ``withheld`` from CUDA calls
-    unless it is the forced one.
+    ``reference_on_gpu``, a plugin marked ``oracle`` (the pure-torch references) that supports a CUDA call no
+    plugin before it serves is ``withheld`` (unless it is the forced one); its ``supports`` is still asked, so an
+    unsupported or outranked reference gets that verdict instead.
     """
     candidates: list[Candidate] = []
     chosen: PluginRecord | None = None
@@ -188,9 +189,6 @@ def decide(
         if record.name in failed:
             candidates.append(Candidate(record.name, record.priority, Verdict.FAILED, failed[record.name]))
             continue
-        if withhold and force is None and getattr(record.plugin, "oracle", False) is True:
-            candidates.append(Candidate(record.name, record.priority, Verdict.WITHHELD, WITHHELD_REASON))
-            continue
         try:
             support = as_support(record.plugin.supports(shape, config), record.name)
         except Exception as exc:  # noqa: BLE001 - a broken plugin must not take selection down
@@ -208,6 +206,9 @@ def decide(
             continue
         if not support:
             candidates.append(Candidate(record.name, record.priority, Verdict.UNSUPPORTED, support.reason))
+        elif chosen is None and withhold and force is None and getattr(record.plugin, "oracle", False) is True:
+            # Only a reference that would serve the call is withheld: an unsupported or outranked one says so.
+            candidates.append(Candidate(record.name, record.priority, Verdict.WITHHELD, WITHHELD_REASON))
         elif chosen is None:
             chosen = record
             candidates.append(Candidate(record.name, record.priority, Verdict.CHOSEN, support.reason))
