@@ -107,8 +107,10 @@ def _inputs(e, n, d, topk, seed):
     x = torch.randn(e, n, 2 * d, device="cuda", generator=gen) * 2 + 0.01
     gateup = x.to(torch.bfloat16)
     masked = torch.randint(1, n + 1, (e,), device="cuda", generator=gen, dtype=torch.int32)
-    masked[masked.cumsum(0) > n * topk] = 0  # the host's budget: sum(masked_m) <= N * topk
     masked[0] = n
+    # The host's budget, sum(masked_m) <= N * topk, after the full first expert: the DSV4 JIT kernel leaves the rows
+    # past N * topk unwritten (its max_rows), so a budget broken here would compare uninitialised memory.
+    masked[masked.cumsum(0) > n * topk] = 0
     return gateup, masked
 
 
@@ -145,7 +147,8 @@ def test_parity_is_sglangs_kernels_bit_for_bit_and_the_package_only_where_sglang
         delta = {k: v - before.get(k, 0) for k, v in totals().items() if v != before.get(k, 0)}
         assert delta == {("delegations", OP, "parity"): 1}, delta
     else:
-        with pytest.raises(AssertionError, match="DSV4 JIT activation requires"):
+        # SGLang's assert on the shape, or the JIT kernel's own check of its limits (E <= 256: DeepSeek-V4-Pro at EP1)
+        with pytest.raises((AssertionError, RuntimeError), match=r"DSV4 JIT activation requires|exceeds maximum"):
             stock_0523(gateup, masked, 128, topk, **kwargs)
         got_out, got_scale = silu_mul_quant_hook(stock_0523, gateup, masked, 128, topk, **kwargs)
         torch.cuda.synchronize()
