@@ -103,7 +103,8 @@ class Plugin:
     contract_version: ClassVar[int] = CONTRACT_VERSION
     description: ClassVar[str] = ""
     #: A numerics oracle (pure torch, far slower than a kernel): on CUDA it serves a call only when forced for the op
-    #: or with ``reference_on_gpu = true`` (otherwise its verdict is ``withheld``). Optional; False by default.
+    #: or with ``reference_on_gpu = true`` (otherwise, where it would serve the call, its verdict is ``withheld``).
+    #: Optional; False by default.
     oracle: ClassVar[bool] = False
     #: Option names and default values. The registry replaces ``self.options`` with the defaults
     #: merged with the user's ``[options.<name>]`` table.

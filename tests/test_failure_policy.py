@@ -272,6 +272,43 @@ def test_non_collective_op_still_falls_back(runner, caplog):
     assert out.shape == (4, 8, 256)
 
 
+def test_a_run_time_failure_that_leaves_only_the_withheld_reference_goes_to_sglang(runner, monkeypatch, caplog):
+    """On a CUDA call (the platform read as sm90), the only kernel fails at run time and the only plugin left is the
+    pure-torch reference, withheld on CUDA: the call goes to SGLang's own function, as the first call of a key
+    whose kernel is unsupported does, instead of raising a NoPluginAvailableError that says SGLang runs it."""
+    import inspect
+
+    from sglang_moe_plugins.counters import totals
+    from sglang_moe_plugins.hardware import Platform
+    from sglang_moe_plugins.ops import silu_mul_quant as smq_module
+
+    monkeypatch.setattr(smq_module, "platform_of", lambda tensor: Platform.cuda(9, 0))
+    api.reload(UserConfig(), entry_points=[ep("policy_smq_raises", "policy_plugins:SmqRaises"), REFERENCE])
+    gateup, masked = data()
+    stock = inspect.unwrap(runner._varlen_deep_gemm_silu_mul_quant)
+    try:
+        want = stock(gateup, masked, 128, 2)
+    except Exception as exc:  # noqa: BLE001 - SGLang's function on this CPU machine: whatever it does, the hook does
+        want = exc
+    before = totals()
+    for _ in range(2):  # the failing key's first call, then the next call of the same key
+        with caplog.at_level(logging.INFO, logger=LOGGER):
+            try:
+                got = runner._varlen_deep_gemm_silu_mul_quant(gateup, masked, 128, 2)
+            except Exception as exc:  # noqa: BLE001
+                got = exc
+        assert not isinstance(got, NoPluginAvailableError), got
+        if isinstance(want, Exception):
+            assert type(got) is type(want) and str(got) == str(want) and raised_in_sglang(got)
+        else:
+            assert torch.equal(got[0].view(torch.uint8), want[0].view(torch.uint8)) and torch.equal(got[1], want[1])
+    delta = {k: v - before.get(k, 0) for k, v in totals().items() if v != before.get(k, 0)}
+    assert delta.get(("delegations", smq.OP, "withheld"), 0) >= 1, delta
+    _shape, config = smq.describe(gateup, masked, group_size=128, topk=2)
+    assert config.platform == Platform.cuda(9, 0)
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR and "policy_smq_raises" in r.getMessage()]
+
+
 # -- configuration errors fail closed (strict or not); tests/test_config_fail_closed.py has the rest ------
 @pytest.mark.parametrize("strict_from", ["env", "file"])
 def test_strict_config_error_installs_hooks_that_raise_it(tmp_path, strict_from):

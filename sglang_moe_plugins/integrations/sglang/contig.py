@@ -250,9 +250,21 @@ def contig_kernel_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) 
         detail = "a fused-kernel call that differs from the step the runner hook read (SGLang's kernel runs it)"
         return delegate(_OP, "kernel-mismatch", detail, original, args, kwargs)
     outputs = contig.ContigOutputs(out, scale)
-    result = api.current_selector().call(
-        context.bound, contig.ContigInputs(gateup, True), outputs, device=context.device
-    )
+    try:
+        result = api.current_selector().call(
+            context.bound, contig.ContigInputs(gateup, True), outputs, device=context.device
+        )
+    except NoPluginAvailableError as exc:  # the plugin failed at run time and only the withheld reference is left
+        if not exc.to_host:
+            raise
+        if step.redirected:  # SGLang's runner would not have called its fused kernel here: nothing to hand back to
+            exc.add_note(
+                f"sglang-moe-plugins: op {_OP}: but this call cannot go to SGLang's function: the package sent the "
+                "compact step to the fused kernel, which SGLang's runner does not call for it; the call fails (set "
+                f"reference_on_gpu = true, or SGLANG_MOE_PLUGINS_STOCK={_OP})"
+            )
+            raise
+        return delegate(_OP, "withheld", "only the withheld pure-torch reference", original, args, kwargs)
     if result is not outputs:  # a plugin returned outputs of its own: SGLang's GEMM reads only its own buffers
         _copy_back(result, outputs, context.bound.name)
     return None

@@ -67,6 +67,7 @@ from .versions import MegaHost, active_target
 
 __all__ = [
     "DELEGATE",
+    "WITHHELD",
     "HOST_FUNCTION",
     "KNOWN_KWARGS",
     "REQUIRED_KWARGS",
@@ -86,6 +87,8 @@ logger = get_logger(__name__)
 
 #: What :func:`run` returns for a call it leaves to SGLang's function.
 DELEGATE: Any = object()
+#: What :func:`run` returns for a call only the withheld pure-torch reference could run (SGLang's function runs it).
+WITHHELD: Any = object()
 _OP = mm.OP
 
 _settings: _Settings | None = None
@@ -291,7 +294,7 @@ def run(
         if not exc.to_host:  # the same on every rank: the shape, the platform and the configuration decide
             raise
         _log_once("withheld", "warning", "sglang-moe-plugins: mega_moe: %s", exc)
-        return DELEGATE
+        return WITHHELD
     outputs = selector.call(bound, inputs, outputs)
     if outputs.y.shape[0] < (tokens or 1):  # a plugin's own y: this call's tokens are not in the shape key
         raise OutputValidationError(
@@ -331,6 +334,8 @@ def mega_moe_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> An
         y = run(experts, hidden_states, topk_ids, topk_weights, kwargs)
     if y is DELEGATE:  # the adapter logs the precise reason once
         return delegate(_OP, "mega unmodelled", "arguments the mega_moe op does not model", original, args, kwargs)
+    if y is WITHHELD:
+        return delegate(_OP, "withheld", "only the withheld pure-torch reference", original, args, kwargs)
     return y
 
 

@@ -164,7 +164,12 @@ def silu_mul_quant_hook(original: Callable[..., Any], *args: Any, **kwargs: Any)
     if bound is not None:
         if bound is HOST_FUNCTION:
             return delegate(smq.OP, "host", "parity or a withheld reference (per key)", original, args, kwargs)
-        outputs = selector.call(bound, smq.SiluMulQuantInputs(g, m, real_tokens, True), device=key[2])
+        try:
+            outputs = selector.call(bound, smq.SiluMulQuantInputs(g, m, real_tokens, True), device=key[2])
+        except NoPluginAvailableError as exc:  # a kernel failed at run time and only the withheld reference is left
+            if not exc.to_host:
+                raise
+            return delegate(smq.OP, "withheld", "only the withheld pure-torch reference", original, args, kwargs)
         return outputs.out, outputs.scale
     # First call of this key (or past the cache's cap): check, select, bind. Raises InvalidArgumentError
     # for invalid arguments and NoPluginAvailableError when no plugin can run the call.
@@ -186,7 +191,12 @@ def silu_mul_quant_hook(original: Callable[..., Any], *args: Any, **kwargs: Any)
         if key is not None:
             selector.remember_host(key)
         return delegate(smq.OP, "withheld", "only the withheld pure-torch reference", original, args, kwargs)
-    outputs = selector.call(bound, smq.SiluMulQuantInputs(g, m, real_tokens, True))
+    try:
+        outputs = selector.call(bound, smq.SiluMulQuantInputs(g, m, real_tokens, True))
+    except NoPluginAvailableError as exc:  # the plugin failed at run time and only the withheld reference is left
+        if not exc.to_host:
+            raise
+        return delegate(smq.OP, "withheld", "only the withheld pure-torch reference", original, args, kwargs)
     if key is not None:
         # Kept only once its outputs were checked, and only while it is the key's current bound op (a
         # plugin that failed on this call and fell back is not remembered; the next call binds afresh).
