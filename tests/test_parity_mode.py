@@ -241,6 +241,17 @@ def test_only_a_reference_that_would_serve_the_call_is_withheld():
     assert verdicts(8) == [("small_kernel", Verdict.CHOSEN), ("narrow_reference", Verdict.OUTRANKED)]
     assert verdicts(12) == [("small_kernel", Verdict.UNSUPPORTED), ("narrow_reference", Verdict.WITHHELD)]
     assert verdicts(32) == [("small_kernel", Verdict.UNSUPPORTED), ("narrow_reference", Verdict.UNSUPPORTED)]
+
+    # A withheld reference ranked first does not end the search: the kernel after it serves the call.
+    class FirstReference(NarrowReference):
+        name, priority = "first_reference", 100
+
+    ahead = Selector(Registry.from_plugins([Kernel(), FirstReference()], UserConfig()))
+    selection = ahead.explain("silu_mul_quant", SiluMulQuantShape(8, 16, 512, 128, 2), config)
+    assert [(c.name, c.verdict) for c in selection.candidates] == [
+        ("first_reference", Verdict.WITHHELD),
+        ("small_kernel", Verdict.CHOSEN),
+    ]
     with pytest.raises(NoPluginAvailableError) as info:  # nothing would run it: an error, not a hand-back
         selector.select("silu_mul_quant", SiluMulQuantShape(32, 16, 512, 128, 2), config)
     assert not info.value.to_host and "E=32 > 16" in str(info.value)
