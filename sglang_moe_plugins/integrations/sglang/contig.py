@@ -39,7 +39,7 @@ from ...core.bound import BoundOp
 from ...core.decide import HOST_FUNCTION
 from ...errors import NoPluginAvailableError
 from ...ops import silu_mul_quant_contig as contig
-from .entry import CALLS, delegate
+from .entry import CALLS, delegate, delegate_withheld
 from .silu_mul_quant import _scale_ue8m0
 from .versions import ContigHost, active_target
 
@@ -188,7 +188,7 @@ def contig_runner_hook(
     key = (_OP, step, device)
     bound = api.current_selector().call_cache.get(key)
     if bound is HOST_FUNCTION:
-        return delegate(_OP, "withheld", "only the withheld pure-torch reference", original, call, kwargs)
+        return delegate_withheld(_OP, original, call, kwargs)
     cached = bound is not None
     if bound is None:  # not cached (tested on bound itself, so that the type checker narrows it)
         try:
@@ -197,7 +197,7 @@ def contig_runner_hook(
             if not exc.to_host:
                 raise
             api.current_selector().remember_host(key)
-            return delegate(_OP, "withheld", "only the withheld pure-torch reference", original, call, kwargs)
+            return delegate_withheld(_OP, original, call, kwargs)
     previous = getattr(_local, "context", None)
     _local.context = _Context(step, bound, device)
     try:
@@ -264,7 +264,7 @@ def contig_kernel_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) 
                 f"reference_on_gpu = true, or SGLANG_MOE_PLUGINS_STOCK={_OP})"
             )
             raise
-        return delegate(_OP, "withheld", "only the withheld pure-torch reference", original, args, kwargs)
+        return delegate_withheld(_OP, original, args, kwargs)
     if result is not outputs:  # a plugin returned outputs of its own: SGLang's GEMM reads only its own buffers
         _copy_back(result, outputs, context.bound.name)
     return None

@@ -42,7 +42,7 @@ from ...log import LogOnce, get_logger
 from ...metrics import start_metrics_export
 from .versions import TargetCheck, set_active_targets, version_case
 
-__all__ = ["OPS", "CALLS", "register", "hook_status", "hooked_ops", "delegate"]
+__all__ = ["OPS", "CALLS", "register", "hook_status", "hooked_ops", "delegate", "delegate_withheld"]
 
 logger = get_logger(__name__)
 
@@ -259,3 +259,8 @@ def delegate(op: str, kind: str, detail: str, original: Callable[..., Any], args
             detail,
         )
     return original(*args, **kwargs)
+
+
+def delegate_withheld(op: str, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """:func:`delegate` for a CUDA call that only the withheld pure-torch reference could run (kind ``withheld``)."""
+    return delegate(op, "withheld", "only the withheld pure-torch reference", original, args, kwargs)

@@ -51,7 +51,7 @@ from ... import api
 from ...errors import InvalidArgumentError, NoPluginAvailableError, OutputValidationError
 from ...log import LogOnce, get_logger
 from ...ops import mega_moe as mm
-from .entry import CALLS, delegate
+from .entry import CALLS, delegate, delegate_withheld
 from .mega_host import (
     HOST_FUNCTION,
     KNOWN_KWARGS,
@@ -335,7 +335,7 @@ def mega_moe_hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> An
     if y is DELEGATE:  # the adapter logs the precise reason once
         return delegate(_OP, "mega unmodelled", "arguments the mega_moe op does not model", original, args, kwargs)
     if y is WITHHELD:
-        return delegate(_OP, "withheld", "only the withheld pure-torch reference", original, args, kwargs)
+        return delegate_withheld(_OP, original, args, kwargs)
     return y
 
 

@@ -23,7 +23,7 @@ from ...core.decide import HOST_FUNCTION
 from ...errors import NoPluginAvailableError
 from ...ops import silu_mul_quant as smq
 from ...ops.silu_mul_quant import ScaleLayout
-from .entry import CALLS, delegate
+from .entry import CALLS, delegate, delegate_withheld
 from .stock_rules import masked_stock_crash
 from .versions import SmqHost, active_target
 
@@ -169,7 +169,7 @@ def silu_mul_quant_hook(original: Callable[..., Any], *args: Any, **kwargs: Any)
         except NoPluginAvailableError as exc:  # a kernel failed at run time and only the withheld reference is left
             if not exc.to_host:
                 raise
-            return delegate(smq.OP, "withheld", "only the withheld pure-torch reference", original, args, kwargs)
+            return delegate_withheld(smq.OP, original, args, kwargs)
         return outputs.out, outputs.scale
     # First call of this key (or past the cache's cap): check, select, bind. Raises InvalidArgumentError
     # for invalid arguments and NoPluginAvailableError when no plugin can run the call.
@@ -190,13 +190,13 @@ def silu_mul_quant_hook(original: Callable[..., Any], *args: Any, **kwargs: Any)
             raise
         if key is not None:
             selector.remember_host(key)
-        return delegate(smq.OP, "withheld", "only the withheld pure-torch reference", original, args, kwargs)
+        return delegate_withheld(smq.OP, original, args, kwargs)
     try:
         outputs = selector.call(bound, smq.SiluMulQuantInputs(g, m, real_tokens, True))
     except NoPluginAvailableError as exc:  # the plugin failed at run time and only the withheld reference is left
         if not exc.to_host:
             raise
-        return delegate(smq.OP, "withheld", "only the withheld pure-torch reference", original, args, kwargs)
+        return delegate_withheld(smq.OP, original, args, kwargs)
     if key is not None:
         # Kept only once its outputs were checked, and only while it is the key's current bound op (a
         # plugin that failed on this call and fell back is not remembered; the next call binds afresh).
