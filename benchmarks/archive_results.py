@@ -43,6 +43,8 @@ CURRENT = (
     "mega_call_overhead_triton_NVIDIA-H200.json",
     "mega_moe_sm90_NVIDIA-H200.json",
     "mega_moe_sm90_NVIDIA-H200.md",
+    "load_plugins_cost_cpu.json",
+    "load_plugins_cost_cpu.md",
 )
 FIELDS = ("device", "driver", "torch", "triton", "sglang", "sgl_deep_gemm")
 
