@@ -48,6 +48,7 @@ PROBE = r"""
 import contextlib, io, json, os, subprocess, sys
 from sglang.srt.plugins import load_plugins
 load_plugins()
+import sglang.srt.layers.moe.moe_runner.deep_gemm  # the MoE targets are hooked when SGLang imports its runner
 from sglang.srt.plugins.hook_registry import HookRegistry
 from sglang.srt.server_args import prepare_server_args
 

@@ -259,6 +259,7 @@ PROBE = """
     from sglang.srt.plugins import load_plugins
     from sglang.srt.plugins.hook_registry import HookRegistry
     load_plugins()
+    import sglang.srt.layers.moe.moe_runner.deep_gemm  # the MoE targets are hooked when SGLang imports its runner
     print("PATCHED", sorted(t for t in HookRegistry._patched if "moe" in t))
 """
 

@@ -1,8 +1,11 @@
 """SGLang integration: the ``sglang.srt.plugins`` entry point ``moe_plugins``, its fail-closed hooks,
 :func:`hook_status`, and what every hook shares (call counters, delegation to SGLang's function).
 
-SGLang's ``load_plugins()`` calls :func:`register` once per process. It registers AROUND hooks through
-SGLang's ``HookRegistry`` on the host functions of the version table below, and nothing else:
+SGLang's ``load_plugins()`` calls :func:`register` once per process. It registers the server arguments and reads the
+rollback switches there; the configuration, and the AROUND hooks through SGLang's ``HookRegistry`` on the host functions
+of the version table below, come when SGLang first imports its MoE runner (:data:`RUNNER_MODULES`, :mod:`.deferred`), so
+a process that never runs a MoE layer never imports that stack; where the runner is already imported, at once. Nothing
+else is hooked:
 
 - ``_varlen_deep_gemm_silu_mul_quant`` (op ``silu_mul_quant``),
 - ``run_mega_routed_experts`` (op ``mega_moe``),
@@ -28,8 +31,10 @@ can be read (the environment always, the file's key when the file parses; :func:
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +45,7 @@ from ...counters import EventCounter, counter
 from ...errors import ConfigError, MoEPluginsError
 from ...log import LogOnce, get_logger
 from ...metrics import start_metrics_export
+from .deferred import PendingHooks, when_imported
 from .versions import TargetCheck, set_active_targets, version_case
 
 __all__ = ["OPS", "CALLS", "register", "hook_status", "hooked_ops", "delegate", "delegate_withheld"]
@@ -50,6 +56,11 @@ logger = get_logger(__name__)
 _state_lock = threading.Lock()
 _last_checks: tuple[TargetCheck, ...] = ()
 _registered = False
+#: The modules whose first import hooks the targets, while none has been imported (:mod:`.deferred`), and the finder.
+_pending: tuple[str, ...] = ()
+_finder: PendingHooks | None = None
+#: SGLang's modules that hold the hook targets of every op: the first of them to be imported triggers the hooking.
+RUNNER_MODULES = ("sglang.srt.layers.moe.moe_runner.deep_gemm", "sglang.srt.layers.moe.mega_moe")
 #: Ops left unhooked by ``stock`` (or, with ``on_config_error = stock`` and an invalid config, every op).
 _stock: frozenset[str] = frozenset()
 #: Ops whose hooks (not failing closed) are installed in this process.
@@ -74,9 +85,7 @@ def register() -> None:
     ``stock`` (``SGLANG_MOE_PLUGINS_STOCK``, or the file's key) are not hooked at all, also with an invalid
     configuration; ``all``, or an op name that does not exist (one ERROR line), leaves every op to SGLang.
     """
-    global _last_checks, _registered, _stock, _hooked
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
+    global _registered, _stock, _pending
     from .server_args import register_server_args
 
     register_server_args()  # the --moe-plugins-* server arguments, whatever the configuration says (never raises)
@@ -95,6 +104,27 @@ def register() -> None:
         )
     elif every:
         logger.warning("sglang-moe-plugins: every op is stock: nothing is hooked, SGLang runs its own code")
+    with _state_lock:
+        _stock = frozenset(stock)
+        _registered = True
+    # The configuration is applied, and the targets' modules (SGLang's MoE runner stack) imported, only in a process
+    # that imports the runner itself (.deferred): the launcher, detokenizer and DP controller never do.
+    deferred = not any(name in sys.modules for name in RUNNER_MODULES)
+    global _finder
+    if _finder is not None:  # a second register() in one process: its own reading of the switches replaces the first
+        _finder.remove()
+    _finder = when_imported(RUNNER_MODULES, functools.partial(_start, rollback, deferred))
+    if _finder is not None:
+        with _state_lock:
+            _pending = RUNNER_MODULES
+        logger.debug("sglang-moe-plugins: hooks deferred until SGLang imports %s", " or ".join(RUNNER_MODULES))
+
+
+def _start(rollback: Any, deferred: bool, trigger: str) -> None:
+    """Apply the configuration (failing closed, or the package off, when it is invalid) and hook the targets."""
+    global _stock, _pending
+    stock = rollback.ops
+    every = stock >= frozenset(OPS)
     failing = None
     config = None
     try:
@@ -113,8 +143,8 @@ def register() -> None:
                 "sglang-moe-plugins is NOT active (on_config_error = stock): %s%s; SGLang runs its own code", what, exc
             )
             with _state_lock:
-                _registered = True
                 _stock = frozenset(OPS)
+                _pending = ()
             return
         logger.error(
             "sglang-moe-plugins: %s%s; failing closed: the hooks are installed and every hooked call raises this %s "
@@ -130,10 +160,22 @@ def register() -> None:
             logger.log(logging.WARNING if note.startswith("legacy") else logging.INFO, "sglang-moe-plugins: %s", note)
         for warning in config.warnings if config is not None else ():
             logger.warning("sglang-moe-plugins: %s", warning)
+    _hook_targets(rollback, stock, failing, deferred, trigger)
+
+
+def _hook_targets(
+    rollback: Any, stock: frozenset[str], failing: dict[str, Any] | None, deferred: bool, trigger: str
+) -> None:
+    """Check the release's targets and register the hooks with SGLang's HookRegistry (applied at once when SGLang's
+    ``load_plugins()`` has already applied its hooks: ``deferred``, from the import of ``trigger``)."""
+    global _last_checks, _hooked, _pending
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    every = stock >= frozenset(OPS)
     case = version_case()
     with _state_lock:
         _last_checks = case.checks
-        _stock = frozenset(stock)
+        _pending = ()
     if case.case != "known":  # one warning for the release as a whole (newer, refused, mismatch, unsupported)
         logger.warning("sglang-moe-plugins: %s", case.message)
     ready = []  # (check, target, hook) of every target that may be hooked
@@ -180,7 +222,8 @@ def register() -> None:
     set_active_targets(tuple(hooked))
     if failing is None:
         _hooked = frozenset(t.op for t in hooked)
-    _registered = True
+    if deferred:
+        HookRegistry.apply_hooks()  # load_plugins() applied its hooks before this module was imported
     logger.info("%s", _startup_line(case.version, hooked, stock, rollback.parity, failing is not None))
     if hooked:
         start_metrics_export()  # only when SGLang runs with --enable-metrics (PROMETHEUS_MULTIPROC_DIR)
@@ -246,6 +289,7 @@ def hook_status() -> dict[str, Any]:
             "targets": [c.__dict__ for c in _last_checks],
             "calls": {op: counter.value for op, counter in CALLS.items() if counter.value},
             "stock": sorted(_stock),
+            "pending": list(_pending),
         }
 
 

@@ -1,0 +1,149 @@
+"""Start-up cost only where MoE runs: the package hooks SGLang's MoE targets when SGLang imports its MoE runner, not in
+``load_plugins()`` (``integrations/sglang/deferred.py``).
+
+- Through SGLang's real ``load_plugins()`` in a fresh process: nothing of the MoE runner is imported and nothing is
+  hooked until SGLang imports it; then every target of the release is hooked, ``run_mega_routed_experts`` included,
+  although SGLang imports the runner from inside ``sglang.srt.layers.quantization.fp8`` (resolving the MegaMoE target
+  there, mid-chain, fails: the hooking waits for the outermost import), and the hooked function serves calls.
+- The watcher itself on a package of this test's own: fired once, after the outermost import completes; a callback
+  that raises is logged, never raised into the import; the original loader is back; the finder is gone.
+- The measurement before and after: ``benchmarks/results/load_plugins_cost_cpu.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from sglang_moe_plugins.integrations.sglang.deferred import PendingHooks, when_imported
+
+PROBE = """
+    import json, logging, sys
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.plugins.hook_registry import HookRegistry
+    load_plugins()
+    from sglang_moe_plugins.integrations.sglang import hook_status
+    result = {
+        "moe_modules_before": sorted(m for m in sys.modules if m.startswith("sglang.srt.layers.moe")),
+        "patched_before": sorted(t for t in HookRegistry._patched if "moe" in t),
+        "pending_before": hook_status()["pending"],
+        "finders_before": [type(f).__name__ for f in sys.meta_path],
+    }
+    import sglang.srt.layers.quantization.fp8  # imports the runner mid-chain, as a model's quantization does
+    import torch
+    import sglang.srt.layers.moe.moe_runner.deep_gemm as runner
+    result.update(
+        patched=sorted(HookRegistry._patched),
+        pending=hook_status()["pending"],
+        finders=[type(f).__name__ for f in sys.meta_path],
+        loader=type(runner.__loader__).__name__,
+    )
+    out, scale = runner._varlen_deep_gemm_silu_mul_quant(
+        torch.randn(2, 4, 512).to(torch.bfloat16), torch.tensor([4, 1], dtype=torch.int32), 128, 2
+    )
+    result["call"] = list(out.shape)
+    print("RESULT " + json.dumps(result))
+"""
+
+
+@pytest.mark.sglang
+def test_load_plugins_hooks_nothing_until_sglang_imports_its_moe_runner():
+    pytest.importorskip("sglang")
+    from sglang_moe_plugins.integrations.sglang.entry import RUNNER_MODULES
+    from sglang_moe_plugins.integrations.sglang.versions import version_case
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(PROBE)], capture_output=True, text=True, env=env, timeout=300
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert proc.returncode == 0 and line, proc.stderr[-3000:]
+    result = json.loads(line[len("RESULT ") :])
+    assert result["moe_modules_before"] == [] and result["patched_before"] == [], result
+    assert result["pending_before"] == list(RUNNER_MODULES) and "PendingHooks" in result["finders_before"], result
+    targets = {t.path for t in version_case().targets}
+    assert targets and targets <= set(result["patched"]), sorted(targets - set(result["patched"]))
+    assert result["pending"] == [] and "PendingHooks" not in result["finders"], result
+    assert result["loader"] == "SourceFileLoader", result  # the module keeps its own loader
+    assert result["call"] == [2, 4, 256]  # served: E=2, N=4, D=256
+    starts = [x for x in proc.stderr.splitlines() if " on SGLang " in x and "hooked:" in x]
+    assert len(starts) == 1, proc.stderr[-3000:]
+
+
+def _package(tmp_path, name: str) -> None:
+    """``name.outer`` imports ``name.watched`` first and defines VALUE after it: ``outer`` is partly initialised
+    while ``watched`` executes."""
+    root = tmp_path / name
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "watched.py").write_text("WATCHED = True\n")
+    (root / "outer.py").write_text(f"from {name} import watched\nVALUE = 42\n")
+    (root / "other.py").write_text("OTHER = 1\n")
+
+
+def _drop(name: str, finder: PendingHooks | None) -> None:
+    for module in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+        del sys.modules[module]
+    if finder is not None:
+        finder.remove()
+
+
+def test_the_callback_waits_for_the_outermost_import_and_runs_once(tmp_path, monkeypatch):
+    name = "dfp_waits"
+    _package(tmp_path, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+
+    def callback(trigger):  # reads the module that imported the watched one: complete only after its import
+        seen.append((trigger, sys.modules[f"{name}.outer"].VALUE))
+
+    finder = when_imported((f"{name}.watched",), callback, prefix=f"{name}.")
+    try:
+        assert finder is not None and finder in sys.meta_path
+        import importlib
+
+        importlib.import_module(f"{name}.other")
+        assert seen == []  # not a watched module
+        outer = importlib.import_module(f"{name}.outer")
+        assert seen == [(f"{name}.watched", 42)], seen
+        assert finder not in sys.meta_path and finder.done
+        assert type(outer.__loader__).__name__ == "SourceFileLoader"
+        assert type(sys.modules[f"{name}.watched"].__spec__.loader).__name__ == "SourceFileLoader"
+        importlib.reload(outer)
+        assert len(seen) == 1  # once per process
+        # Already imported: at once.
+        again = []
+        assert when_imported((f"{name}.watched",), again.append, prefix=f"{name}.") is None
+        assert again == [f"{name}.watched"]
+    finally:
+        _drop(name, finder)
+
+
+def test_a_callback_that_raises_is_logged_never_raised_into_the_import(tmp_path, monkeypatch, caplog):
+    name = "dfp_raises"
+    _package(tmp_path, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def callback(trigger):
+        raise RuntimeError("boom")
+
+    finder = when_imported((f"{name}.watched",), callback, prefix=f"{name}.")
+    try:
+        import importlib
+
+        with caplog.at_level(logging.ERROR, logger="sglang_moe_plugins"):
+            module = importlib.import_module(f"{name}.watched")
+        assert module.WATCHED is True
+        errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(errors) == 1 and f"hooking on the import of {name}.watched failed" in errors[0].getMessage()
+        assert errors[0].exc_info and "boom" in str(errors[0].exc_info[1])
+        assert finder is not None and finder not in sys.meta_path
+    finally:
+        _drop(name, finder)
