@@ -44,6 +44,10 @@ PROBE = """
         pending=hook_status()["pending"],
         finders=[type(f).__name__ for f in sys.meta_path],
         loader=type(runner.__loader__).__name__,
+        sources=sorted({
+            getattr(source, "plugin_name", None) or "unknown"
+            for target, hooks in HookRegistry._hooks.items() if "moe" in target for _type, _hook, source in hooks
+        }),
     )
     out, scale = runner._varlen_deep_gemm_silu_mul_quant(
         torch.randn(2, 4, 512).to(torch.bfloat16), torch.tensor([4, 1], dtype=torch.int32), 128, 2
@@ -73,6 +77,9 @@ def test_load_plugins_hooks_nothing_until_sglang_imports_its_moe_runner():
     assert result["pending"] == [] and "PendingHooks" not in result["finders"], result
     assert result["loader"] == "SourceFileLoader", result  # the module keeps its own loader
     assert result["call"] == [2, 4, 256]  # served: E=2, N=4, D=256
+    assert result["sources"] == ["moe_plugins"], (
+        result
+    )  # SGLang attributes the hooks to this plugin, as in load_plugins
     starts = [x for x in proc.stderr.splitlines() if " on SGLang " in x and "hooked:" in x]
     assert len(starts) == 1, proc.stderr[-3000:]
 

@@ -30,6 +30,7 @@ can be read (the environment always, the file's key when the file parses; :func:
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import functools
 import logging
@@ -113,7 +114,9 @@ def register() -> None:
     global _finder
     if _finder is not None:  # a second register() in one process: its own reading of the switches replaces the first
         _finder.remove()
-    _finder = when_imported(RUNNER_MODULES, functools.partial(_start, rollback, deferred))
+    # In load_plugins()'s context (its current plugin: SGLang attributes the hooks registered later to this package).
+    context = contextvars.copy_context()
+    _finder = when_imported(RUNNER_MODULES, functools.partial(context.run, _start, rollback, deferred))
     if _finder is not None:
         with _state_lock:
             _pending = RUNNER_MODULES
