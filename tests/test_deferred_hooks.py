@@ -154,3 +154,78 @@ def test_a_callback_that_raises_is_logged_never_raised_into_the_import(tmp_path,
         assert finder is not None and finder not in sys.meta_path
     finally:
         _drop(name, finder)
+
+
+OTHER_PLUGIN_PROBE = """
+    import json, logging, sys
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    load_plugins()  # this package waits for the runner
+    seen = []
+    def other(original, *args, **kwargs):  # another plugin's AROUND hook, registered and applied after load_plugins()
+        seen.append(1)
+        return original(*args, **kwargs)
+    HookRegistry.register({target!r}, other, HookType.AROUND)
+    HookRegistry.apply_hooks()  # {how}
+    import torch
+    import sglang.srt.layers.moe.moe_runner.deep_gemm as runner
+    from sglang_moe_plugins.integrations.sglang.entry import hooked_ops
+    def depth(fn):
+        n = 0
+        while hasattr(fn, "__wrapped__"):
+            fn, n = fn.__wrapped__, n + 1
+        return n
+    call = runner._varlen_deep_gemm_silu_mul_quant
+    out, scale = call(torch.randn(2, 4, 512).to(torch.bfloat16), torch.tensor([4, 1], dtype=torch.int32), 128, 2)
+    print("RESULT " + json.dumps({{
+        "smq_depth": depth(call), "other_calls": len(seen), "hooked": sorted(hooked_ops()),
+        "guard_depth": depth(runner._masked_activation_unsupported_reason),
+    }}))
+"""
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize(
+    "case",
+    [
+        "same target, applied while SGLang's apply_hooks() imports the runner",
+        "another target, applied before the runner is imported",
+    ],
+)
+def test_another_plugins_hooks_are_applied_once_and_ours_never_silently_lost(case):
+    """A hook of another plugin on one of this package's targets. While SGLang's ``apply_hooks()`` resolves it (and so
+    imports the runner, which starts this package's hooking), both hooks are applied once each, not twice. A target
+    another plugin hooked before the runner was imported (the compact activation lives outside it) cannot take this
+    package's hook any more (SGLang applies a target once): one ERROR names it and its op stays SGLang's."""
+    pytest.importorskip("sglang")
+    from sglang_moe_plugins.integrations.sglang.version_table import CONTIG_RUNNER_TARGET, SMQ_TARGET
+    from sglang_moe_plugins.integrations.sglang.versions import version_case
+
+    same = case.startswith("same")
+    contig = [
+        t.path for t in version_case().targets if t.op == "silu_mul_quant_contig" and t.path != CONTIG_RUNNER_TARGET
+    ]
+    if not same and not contig:
+        pytest.skip("this SGLang release has no compact activation target")
+    code = OTHER_PLUGIN_PROBE.format(
+        target=SMQ_TARGET if same else contig[0],
+        how="imports the runner" if same else "imports only the activation's module",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=300
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert proc.returncode == 0 and line, proc.stderr[-3000:]
+    result = json.loads(line[len("RESULT ") :])
+    errors = [x for x in proc.stderr.splitlines() if x.startswith("ERROR") and "another plugin's hooks" in x]
+    if same:
+        # each hook once (ours outermost: it serves the call without calling the other's, as any AROUND may)
+        assert result["smq_depth"] == 2 and result["other_calls"] == 0, result
+        assert result["guard_depth"] == 1, result
+        assert "silu_mul_quant" in result["hooked"] and errors == [], (result, errors)
+    else:
+        assert result["smq_depth"] == 1 and result["other_calls"] == 0, result
+        assert "silu_mul_quant_contig" not in result["hooked"], result
+        assert len(errors) == 1 and contig[0] in errors[0] and "silu_mul_quant_contig" in errors[0], errors

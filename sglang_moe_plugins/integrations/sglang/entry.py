@@ -215,6 +215,16 @@ def _hook_targets(
                 exc,
             )
             continue
+        if deferred and check.path in getattr(HookRegistry, "_patched", ()):
+            # SGLang applies a target's hooks once: another plugin's, applied in load_plugins(), would leave this
+            # package's hook registered but never applied. Say so, and leave the op to SGLang.
+            logger.error(
+                "sglang-moe-plugins: not hooking %s: another plugin's hooks were applied to it before SGLang imported "
+                "its MoE runner, and SGLang applies a target's hooks only once; op %s runs SGLang's own code",
+                check.path,
+                check.op,
+            )
+            continue
         ready.append((check, target, hook))
     ready = _with_requirements(ready, failing is not None)
     hooked = []
@@ -225,11 +235,32 @@ def _hook_targets(
     set_active_targets(tuple(hooked))
     if failing is None:
         _hooked = frozenset(t.op for t in hooked)
-    if deferred:
-        HookRegistry.apply_hooks()  # load_plugins() applied its hooks before this module was imported
+    if deferred:  # load_plugins() applied its hooks before the runner was imported
+        _apply_own(HookRegistry, {t.path for t in hooked}, {id(hook) for _, _, hook in ready})
     logger.info("%s", _startup_line(case.version, hooked, stock, rollback.parity, failing is not None))
     if hooked:
         start_metrics_export()  # only when SGLang runs with --enable-metrics (PROMETHEUS_MULTIPROC_DIR)
+
+
+def _apply_own(registry: Any, paths: set[str], hooks: set[int]) -> None:
+    """Apply this package's deferred hooks, and no other plugin's: a target whose hooks are all this package's is
+    applied here; one that also has another plugin's hooks, not applied yet, is left to SGLang's ``apply_hooks()``,
+    which is then in progress (it imported the runner) and applies the target with every hook registered on it.
+    Calling ``apply_hooks()`` from inside that one would apply the target it is resolving twice."""
+    apply_target = getattr(registry, "_apply_target", None)
+    patched = getattr(registry, "_patched", None)
+    if apply_target is None or not isinstance(patched, set):  # a registry without these: its public call
+        registry.apply_hooks()
+        return
+    for path in sorted(paths):
+        registered = registry._hooks.get(path, [])
+        if path in patched or any(id(hook) not in hooks for _, hook, _ in registered):
+            continue
+        try:
+            apply_target(path, registered)
+            patched.add(path)
+        except Exception:  # noqa: BLE001 - as SGLang's apply_hooks(): one target's failure never stops the others
+            logger.exception("sglang-moe-plugins: applying the hook to %s failed; SGLang runs its own code", path)
 
 
 def _startup_line(release: str | None, hooked: list[Any], stock: frozenset[str], parity: bool, failing: bool) -> str:
