@@ -27,12 +27,14 @@ import textwrap
 import pytest
 from rt2_disc_fakes import EVIL, GOOD, IMPOSTOR_REFERENCE, FakeDist, claims_builtin, markers, write_dist
 
+import sglang_moe_plugins
 from sglang_moe_plugins import PluginValidationError, Registry
 from sglang_moe_plugins.config import load_config
 from sglang_moe_plugins.core.registry import BUILTIN_PLUGINS
 
 TESTS = pathlib.Path(__file__).resolve().parent
-ROOT = TESTS.parent
+#: The tree of the package under test: this checkout, or the one PYTHONPATH puts first (tests/run_against_revision.py).
+ROOT = pathlib.Path(sglang_moe_plugins.__file__).resolve().parents[1]
 SMQ_TARGET = "sglang.srt.layers.moe.moe_runner.deep_gemm._varlen_deep_gemm_silu_mul_quant"
 MODULES = ("rt2_disc_good", "rt2_disc_evil", "rt2_disc_impostor")
 #: Finding 2's three ways of claiming to be this package: its Name under another directory, no Name at
@@ -304,7 +306,7 @@ def test_f2_a_venv_layered_over_the_install_keeps_its_builtins(release):
     # dev.sh's older-release environments see .venv's site-packages through `site.addsitedir` in a .pth:
     # the editable install's dist-info sits in a directory that site.getsitepackages() does not list, and
     # its .pth hook has run. The built-ins must still be this package's own.
-    python = ROOT / f".venv-sglang-{release}" / "bin" / "python"
+    python = TESTS.parent / f".venv-sglang-{release}" / "bin" / "python"
     if not python.exists():
         pytest.skip(f"{python.parent.parent.name} is not built (./dev.sh setup)")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_MOE_PLUGINS_")}

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextvars
 import copy
-import functools
 import logging
 import os
 import sys
@@ -116,7 +115,11 @@ def register() -> None:
         _finder.remove()
     # In load_plugins()'s context (its current plugin: SGLang attributes the hooks registered later to this package).
     context = contextvars.copy_context()
-    _finder = when_imported(RUNNER_MODULES, functools.partial(context.run, _start, rollback, deferred))
+
+    def start(trigger: str) -> None:
+        context.run(_start, rollback, deferred, trigger)
+
+    _finder = when_imported(RUNNER_MODULES, start)
     if _finder is not None:
         with _state_lock:
             _pending = RUNNER_MODULES
