@@ -9,6 +9,9 @@ the median over the rounds of that side's per-round medians (5 x 1000 calls each
 Run (from the repository root, SGLang installed)::
 
     python benchmarks/host_overhead_compare.py --before 79eb61a --after HEAD
+
+Each side also runs its own ``benchmarks/mega_call_overhead.py --cpu`` (SGLang's hooked
+``run_mega_routed_experts``, a do-nothing plugin forced), whose rows close the table.
     # writes benchmarks/results/host_overhead_cpu_compare.{json,md}
 """
 
@@ -50,7 +53,29 @@ def _measure(tree: pathlib.Path, out: pathlib.Path, name: str, commit: str) -> d
         capture_output=True,
         text=True,
     )
-    return json.loads((out / f"{name}.json").read_text())
+    result = json.loads((out / f"{name}.json").read_text())
+    # The MegaMoE hook's layer on CPU, by that commit's own script (a do-nothing mega_moe plugin forced).
+    mega = subprocess.run(
+        [sys.executable, str(tree / "benchmarks" / "mega_call_overhead.py"), "--cpu"],
+        cwd=tree,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    cpu = json.loads(mega.stdout)
+    rows = result["sections"][next(iter(result["sections"]))]["rows"]
+    for key, label in MEGA_ROWS.items():
+        rows.append({"path": label, "shape": MEGA_SHAPE, "us": cpu.get(key)})
+    return result
+
+
+#: The rows taken from ``mega_call_overhead.py --cpu`` (thread CPU time, its minimum of 5 x 20000 calls).
+MEGA_ROWS = {
+    "hooked_us": "SGLang's hooked `run_mega_routed_experts`, a do-nothing `mega_moe` plugin forced (thread CPU, min)",
+    "hook_layer_us": "MegaMoE hook layer (hooked - output allocation; target <= 8 us)",
+}
+MEGA_SHAPE = "mega_call_overhead.py --cpu default (32 tokens, E=8, topk 2)"
 
 
 def _cells(result: dict) -> dict[tuple[str, str], float | None]:
@@ -120,7 +145,8 @@ def main() -> None:
         f"# Host time per hooked call, before and after ({meta['device']}, {result['meta']['date']})",
         "",
         f"`benchmarks/host_overhead.py --section cpu` at {commits['before']} (before) and {commits['after']} (after), "
-        f"alternating, {args.rounds} rounds each; each cell the median of the rounds' medians (5 x 1000 calls), in us; "
+        f"alternating, {args.rounds} rounds each; each cell the median of the rounds' medians (5 x 1000 calls), in us "
+        "(the last rows: each commit's `mega_call_overhead.py --cpu`, the median of the rounds' minima); "
         f"{meta['cpu_count']} CPUs, load average {result['meta']['load_average_1_5_15_min']} when written; versions: "
         + ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v),
         "",
