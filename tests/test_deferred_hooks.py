@@ -180,7 +180,7 @@ OTHER_PLUGIN_PROBE = """
     out, scale = call(torch.randn(2, 4, 512).to(torch.bfloat16), torch.tensor([4, 1], dtype=torch.int32), 128, 2)
     print("RESULT " + json.dumps({{
         "smq_depth": depth(call), "other_calls": len(seen), "hooked": sorted(hooked_ops()),
-        "guard_depth": depth(runner._masked_activation_unsupported_reason),
+        "guard_depth": depth(getattr(runner, "_masked_activation_unsupported_reason", None)),  # 0.5.20 on
     }}))
 """
 
@@ -199,7 +199,7 @@ def test_another_plugins_hooks_are_applied_once_and_ours_never_silently_lost(cas
     another plugin hooked before the runner was imported (the compact activation lives outside it) cannot take this
     package's hook any more (SGLang applies a target once): one ERROR names it and its op stays SGLang's."""
     pytest.importorskip("sglang")
-    from sglang_moe_plugins.integrations.sglang.version_table import CONTIG_RUNNER_TARGET, SMQ_TARGET
+    from sglang_moe_plugins.integrations.sglang.version_table import CONTIG_RUNNER_TARGET, GUARD_TARGET, SMQ_TARGET
     from sglang_moe_plugins.integrations.sglang.versions import version_case
 
     same = case.startswith("same")
@@ -223,7 +223,8 @@ def test_another_plugins_hooks_are_applied_once_and_ours_never_silently_lost(cas
     if same:
         # each hook once (ours outermost: it serves the call without calling the other's, as any AROUND may)
         assert result["smq_depth"] == 2 and result["other_calls"] == 0, result
-        assert result["guard_depth"] == 1, result
+        has_guard = any(t.path == GUARD_TARGET for t in version_case().targets)  # the guard came in 0.5.20
+        assert result["guard_depth"] == (1 if has_guard else 0), result
         assert "silu_mul_quant" in result["hooked"] and errors == [], (result, errors)
     else:
         assert result["smq_depth"] == 1 and result["other_calls"] == 0, result
