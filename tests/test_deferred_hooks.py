@@ -230,3 +230,126 @@ def test_another_plugins_hooks_are_applied_once_and_ours_never_silently_lost(cas
         assert result["smq_depth"] == 1 and result["other_calls"] == 0, result
         assert "silu_mul_quant_contig" not in result["hooked"], result
         assert len(errors) == 1 and contig[0] in errors[0] and "silu_mul_quant_contig" in errors[0], errors
+
+
+def test_the_callback_runs_outside_the_lock_so_a_reentrant_fire_never_deadlocks(tmp_path, monkeypatch):
+    """The callback imports modules; a re-entrant ``fire`` (or another thread's import reaching ``fire``) while it runs
+    must return, not wait forever on the finder's lock."""
+    import threading
+
+    name = "dfp_reentrant"
+    _package(tmp_path, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+
+    def callback(trigger):
+        seen.append(trigger)
+        finder.fire("again")  # ignored: the finder has fired
+
+    finder = when_imported((f"{name}.watched",), callback, prefix=f"{name}.")
+    try:
+        import importlib
+
+        worker = threading.Thread(target=importlib.import_module, args=(f"{name}.outer",), daemon=True)
+        worker.start()
+        worker.join(timeout=30)
+        assert not worker.is_alive(), "fire() deadlocked on its own lock"
+        assert seen == [f"{name}.watched"], seen
+    finally:
+        _drop(name, finder)
+
+
+def test_the_callback_runs_when_the_outer_import_raises_after_the_watched_module(tmp_path, monkeypatch):
+    name = "dfp_outer_raises"
+    _package(tmp_path, name)
+    (tmp_path / name / "broken.py").write_text(f"from {name} import watched\nraise ImportError('later')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    finder = when_imported((f"{name}.watched",), seen.append, prefix=f"{name}.")
+    try:
+        import importlib
+
+        with pytest.raises(ImportError, match="later"):
+            importlib.import_module(f"{name}.broken")
+        assert f"{name}.watched" in sys.modules  # imported, and SGLang may go on to use it
+        assert seen == [f"{name}.watched"] and finder is not None and finder.done, seen
+    finally:
+        _drop(name, finder)
+
+
+def test_a_watched_module_imported_by_a_finder_ahead_fires_on_the_next_import(tmp_path, monkeypatch):
+    """A finder put ahead of this one after it was installed answers the watched module itself (its loader is never
+    wrapped): the callback runs on the next import under the prefix."""
+    import importlib
+    import importlib.machinery
+
+    name = "dfp_ahead"
+    _package(tmp_path, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    finder = when_imported((f"{name}.watched",), seen.append, prefix=f"{name}.")
+
+    class Ahead:
+        def find_spec(self, fullname, path, target=None):
+            if fullname == f"{name}.watched":
+                return importlib.machinery.PathFinder.find_spec(fullname, path, target)
+            return None
+
+    ahead = Ahead()
+    sys.meta_path.insert(0, ahead)
+    try:
+        importlib.import_module(f"{name}.watched")
+        assert seen == []  # never saw it
+        importlib.import_module(f"{name}.other")
+        assert seen == [f"{name}.watched"] and finder is not None and finder.done, seen
+    finally:
+        sys.meta_path.remove(ahead)
+        _drop(name, finder)
+
+
+LATER_PLUGIN_PROBE = """
+    import json, sys
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookSource, HookType, _current_plugin_source
+    from sglang_moe_plugins.integrations.sglang.version_table import SMQ_TARGET
+    load_plugins()  # this package waits for the runner
+    seen = []
+    def other(original, *args, **kwargs):
+        seen.append(1)
+        return original(*args, **kwargs)
+    # A later plugin's function, as load_plugins() runs it: it imports the runner, then hooks one of our targets.
+    token = _current_plugin_source.set(HookSource(plugin_name="later", dist_name="later-dist"))
+    import sglang.srt.layers.moe.moe_runner.deep_gemm as runner
+    HookRegistry.register(SMQ_TARGET, other, HookType.AROUND)
+    _current_plugin_source.reset(token)
+    HookRegistry.apply_hooks()  # what load_plugins() does after the plugins' functions
+    def depth(fn):
+        n = 0
+        while hasattr(fn, "__wrapped__"):
+            fn, n = fn.__wrapped__, n + 1
+        return n
+    from sglang_moe_plugins.integrations.sglang.entry import hooked_ops
+    print("RESULT " + json.dumps({"smq_depth": depth(runner._varlen_deep_gemm_silu_mul_quant),
+                                  "hooked": sorted(hooked_ops())}))
+"""
+
+
+@pytest.mark.sglang
+def test_a_runner_imported_by_a_later_plugin_inside_load_plugins_keeps_that_plugins_hook():
+    """Hooking triggered inside ``load_plugins()`` (a later plugin's function imports the runner) only registers: were
+    the targets applied at once, SGLang's ``apply_hooks()`` would skip them afterwards and silently drop the later
+    plugin's hook on the same target."""
+    pytest.importorskip("sglang")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(LATER_PLUGIN_PROBE)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert proc.returncode == 0 and line, proc.stderr[-3000:]
+    result = json.loads(line[len("RESULT ") :])
+    assert result["smq_depth"] == 2, result  # ours and the later plugin's, each applied once
+    assert "silu_mul_quant" in result["hooked"], result

@@ -117,16 +117,33 @@ def register() -> None:
     context = contextvars.copy_context()
 
     def start(trigger: str) -> None:
-        context.run(_start, rollback, deferred, trigger)
+        global _pending
+        # Triggered inside load_plugins() (another plugin's function imported the runner): register only, SGLang's
+        # apply_hooks() at the end of load_plugins() applies every plugin's hooks, later plugins' included.
+        apply = deferred and not _inside_load_plugins()
+        try:
+            context.run(_start, rollback, deferred, apply, trigger)
+        finally:
+            with _state_lock:
+                _pending = ()
 
+    with _state_lock:
+        _pending = RUNNER_MODULES  # before the finder is in place: a thread importing the runner now clears it
     _finder = when_imported(RUNNER_MODULES, start)
     if _finder is not None:
-        with _state_lock:
-            _pending = RUNNER_MODULES
         logger.debug("sglang-moe-plugins: hooks deferred until SGLang imports %s", " or ".join(RUNNER_MODULES))
 
 
-def _start(rollback: Any, deferred: bool, trigger: str) -> None:
+def _inside_load_plugins() -> bool:
+    """Whether SGLang's ``load_plugins()`` is running a plugin's function in this context (its hooks not applied yet)."""
+    try:
+        from sglang.srt.plugins.hook_registry import _current_plugin_source
+    except ImportError:  # a release without it: the hooks of load_plugins() were applied, as before
+        return False
+    return _current_plugin_source.get() is not None
+
+
+def _start(rollback: Any, deferred: bool, apply: bool, trigger: str) -> None:
     """Apply the configuration (failing closed, or the package off, when it is invalid) and hook the targets."""
     global _stock, _pending
     stock = rollback.ops
@@ -166,14 +183,14 @@ def _start(rollback: Any, deferred: bool, trigger: str) -> None:
             logger.log(logging.WARNING if note.startswith("legacy") else logging.INFO, "sglang-moe-plugins: %s", note)
         for warning in config.warnings if config is not None else ():
             logger.warning("sglang-moe-plugins: %s", warning)
-    _hook_targets(rollback, stock, failing, deferred, trigger)
+    _hook_targets(rollback, stock, failing, deferred, apply, trigger)
 
 
 def _hook_targets(
-    rollback: Any, stock: frozenset[str], failing: dict[str, Any] | None, deferred: bool, trigger: str
+    rollback: Any, stock: frozenset[str], failing: dict[str, Any] | None, deferred: bool, apply: bool, trigger: str
 ) -> None:
-    """Check the release's targets and register the hooks with SGLang's HookRegistry (applied at once when SGLang's
-    ``load_plugins()`` has already applied its hooks: ``deferred``, from the import of ``trigger``)."""
+    """Check the release's targets and register the hooks with SGLang's HookRegistry (``deferred``: on the import of
+    ``trigger``; ``apply``: applied at once, since SGLang's ``load_plugins()`` has already applied its hooks)."""
     global _last_checks, _hooked, _pending
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
@@ -235,26 +252,29 @@ def _hook_targets(
         HookRegistry.register(check.path, hook, HookType.AROUND)
         hooked.append(target)
         logger.debug("sglang-moe-plugins: hooked %s (op %s)", check.path, check.op)
+    if apply:  # load_plugins() applied its hooks before the runner was imported
+        failed = _apply_own(HookRegistry, {t.path for t in hooked}, {id(hook) for _, _, hook in ready})
+        hooked = [t for t in hooked if t.path not in failed]  # only what runs: the start-up line, hooked_ops()
     set_active_targets(tuple(hooked))
     if failing is None:
         _hooked = frozenset(t.op for t in hooked)
-    if deferred:  # load_plugins() applied its hooks before the runner was imported
-        _apply_own(HookRegistry, {t.path for t in hooked}, {id(hook) for _, _, hook in ready})
     logger.info("%s", _startup_line(case.version, hooked, stock, rollback.parity, failing is not None))
     if hooked:
         start_metrics_export()  # only when SGLang runs with --enable-metrics (PROMETHEUS_MULTIPROC_DIR)
 
 
-def _apply_own(registry: Any, paths: set[str], hooks: set[int]) -> None:
+def _apply_own(registry: Any, paths: set[str], hooks: set[int]) -> set[str]:
     """Apply this package's deferred hooks, and no other plugin's: a target whose hooks are all this package's is
     applied here; one that also has another plugin's hooks, not applied yet, is left to SGLang's ``apply_hooks()``,
     which is then in progress (it imported the runner) and applies the target with every hook registered on it.
-    Calling ``apply_hooks()`` from inside that one would apply the target it is resolving twice."""
+    Calling ``apply_hooks()`` from inside that one would apply the target it is resolving twice. Returns the paths
+    whose hooks could not be applied (each logged)."""
     apply_target = getattr(registry, "_apply_target", None)
     patched = getattr(registry, "_patched", None)
     if apply_target is None or not isinstance(patched, set):  # a registry without these: its public call
         registry.apply_hooks()
-        return
+        return set()
+    failed = set()
     for path in sorted(paths):
         registered = registry._hooks.get(path, [])
         if path in patched or any(id(hook) not in hooks for _, hook, _ in registered):
@@ -264,6 +284,8 @@ def _apply_own(registry: Any, paths: set[str], hooks: set[int]) -> None:
             patched.add(path)
         except Exception:  # noqa: BLE001 - as SGLang's apply_hooks(): one target's failure never stops the others
             logger.exception("sglang-moe-plugins: applying the hook to %s failed; SGLang runs its own code", path)
+            failed.add(path)
+    return failed
 
 
 def _startup_line(release: str | None, hooked: list[Any], stock: frozenset[str], parity: bool, failing: bool) -> str:
